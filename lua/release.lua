@@ -1,0 +1,60 @@
+-- rwlock protocol 1: release a lock, keep only its read part, or stop waiting.
+--
+-- KEYS     as acquire.lua
+-- ARGV[1]  protocol version ("1")
+-- ARGV[2]  owner
+-- ARGV[3]  what the owner keeps: "" nothing; "r" a read lock (a writer
+--          downgrading); "q" everything: it only withdraws its writer's intent
+-- ARGV[4]  lease of the kept read lock, ms
+-- ARGV[5]  how long the last write token outlives the lock, ms
+--
+-- Returns 1 when the owner held what it released, 0 when its hold had already
+-- been lost (lease expired, or the data set was lost). "q" always returns 1.
+-- Publishes on <KEYS[1]>:c whenever waiters may now proceed.
+local hash, readers, intents = KEYS[1], KEYS[2], KEYS[3]
+local owner, keeps = ARGV[2], ARGV[3]
+
+local v = redis.call('HGET', hash, 'v')
+if v and v ~= ARGV[1] then
+  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. v ..
+                           ', the caller speaks ' .. ARGV[1])
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local held, changed = 0, redis.call('ZREM', intents, owner) == 1
+if keeps == 'q' then
+  held = 1
+else
+  local h = redis.call('HMGET', hash, 'w', 'wexp')
+  if h[1] == owner then
+    if tonumber(h[2]) > now then held = 1 end
+    redis.call('HDEL', hash, 'w', 'wexp')
+    changed = true
+  end
+  local s = redis.call('ZSCORE', readers, owner)
+  if s then
+    if tonumber(s) > now then held = 1 end
+    redis.call('ZREM', readers, owner)
+    changed = true
+  end
+  if keeps == 'r' and held == 1 then
+    local lease = tonumber(ARGV[4])
+    redis.call('ZADD', readers, now + lease, owner)
+    if redis.call('PTTL', readers) < lease then redis.call('PEXPIRE', readers, lease) end
+  end
+end
+
+if changed then
+  if redis.call('HEXISTS', hash, 'w') == 0 and redis.call('EXISTS', readers, intents) == 0 then
+    -- Free: only the last write token stays, and not for long.
+    if redis.call('HEXISTS', hash, 'f') == 1 then
+      redis.call('HDEL', hash, 'wexp')
+      redis.call('PEXPIRE', hash, tonumber(ARGV[5]))
+    else
+      redis.call('DEL', hash)
+    end
+  end
+  redis.call('PUBLISH', hash .. ':c', owner)
+end
+return held

@@ -1,0 +1,214 @@
+/*-------------------------------------------------------------------------
+ *
+ * held.c
+ *	  The table of this session's holds: stacking, modes, transaction-level
+ *	  holds and savepoints, deferred releases, release at session end.
+ *
+ * DRAFT (not yet compiled): see the stop note of session 1.
+ *
+ * Each name held has one entry with counts per level (session, xact) and
+ * mode. What Redis has for the session is the strongest mode held: 'w' if
+ * any write hold, else 'r' if any read hold, else nothing. Only a change of
+ * that goes to Redis, so a repeat acquisition costs no round trip.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "rwlock.h"
+
+#include "access/xact.h"
+#include "storage/ipc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+typedef struct RwHeld
+{
+	char		name[RW_NAME_MAX + 1];	/* hash key */
+	int			count[2][2];	/* [RwLevel][0 read, 1 write] */
+	char	   *stack;			/* modes of session holds, oldest first */
+	int			stack_len;
+	int			stack_cap;
+	char		redis_mode;		/* '\0', 'r' or 'w' */
+	int64		token;
+	TimestampTz acquired;
+	TimestampTz renewed;
+	int			lease_ms;
+	bool		lost;
+	RwNode	   *node;
+	RwKeys		keys;
+	MemoryContext cxt;			/* keys and stack */
+} RwHeld;
+
+/* An xact-level hold, with the subtransaction level that took it. */
+typedef struct RwXactHold
+{
+	RwHeld	   *held;
+	char		mode;
+	int			level;
+} RwXactHold;
+
+/* A release that could not be done when due; done before the node's next use. */
+typedef struct RwDeferred
+{
+	RwNode	   *node;
+	RwKeys		keys;
+	char		keep;
+	struct RwDeferred *next;
+} RwDeferred;
+
+static HTAB *held_table = NULL;
+static RwXactHold *xact_holds = NULL;
+static int	n_xact = 0;
+static int	cap_xact = 0;
+static RwDeferred *deferred = NULL;
+
+static char
+wanted_mode(RwHeld *h)
+{
+	if (h->count[RW_SESSION][1] + h->count[RW_XACT][1] > 0)
+		return 'w';
+	if (h->count[RW_SESSION][0] + h->count[RW_XACT][0] > 0)
+		return 'r';
+	return '\0';
+}
+
+static bool
+covers(char have, char want)
+{
+	return have == 'w' || (have == 'r' && want == 'r');
+}
+
+void
+rw_defer_release(RwNode *node, const RwKeys *keys, char keep)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	RwDeferred *d = palloc0(sizeof(RwDeferred));
+
+	d->node = node;
+	for (int i = 0; i < 3; i++)
+	{
+		d->keys.key[i] = pstrdup(keys->key[i]);
+		d->keys.len[i] = keys->len[i];
+	}
+	d->keys.channel = pstrdup(keys->channel);
+	d->keys.channel_len = keys->channel_len;
+	d->keep = keep;
+	d->next = deferred;
+	deferred = d;
+	node->nholds++;
+	MemoryContextSwitchTo(old);
+}
+
+/* Run the deferred releases of a node; those that fail stay for later. */
+static void
+run_deferred(RwNode *node, int flags)
+{
+	RwDeferred **link = &deferred;
+
+	while (*link != NULL)
+	{
+		RwDeferred *d = *link;
+		RwError		err;
+
+		if (d->node != node ||
+			rw_proto_release(&node->cmd, &d->keys, d->keep, rw_lease_ms,
+							 RW_NOTHROW, &err) < 0)
+		{
+			link = &d->next;
+			continue;
+		}
+		*link = d->next;
+		rw_free_keys(&d->keys);
+		pfree(d);
+		node->nholds--;
+	}
+}
+
+static void
+warn_lost(RwHeld *h)
+{
+	ereport(WARNING,
+			(errcode(ERRCODE_WARNING),
+			 errmsg("Redis lock \"%s\" was lost", h->name),
+			 errdetail("Its lease ran out or Redis lost its data while this session held it.")));
+}
+
+static void
+forget(RwHeld *h)
+{
+	RwNode	   *node = h->node;
+
+	MemoryContextDelete(h->cxt);
+	hash_search(held_table, h->name, HASH_REMOVE, NULL);
+	node->nholds--;
+	rw_node_forget_if_unused(node);
+}
+
+/*
+ * Bring Redis in line with the holds left after a release. Never throws;
+ * returns false if the hold was lost or could not be released (warned).
+ */
+static bool
+sync_release(RwHeld *h)
+{
+	char		want = wanted_mode(h);
+	bool		ok = !h->lost;
+	RwError		err;
+
+	if (!h->lost && want != h->redis_mode)
+	{
+		int			r = rw_proto_release(&h->node->cmd, &h->keys, want,
+										 h->lease_ms, RW_NOTHROW, &err);
+
+		if (r == 0)
+		{
+			h->lost = true;
+			ok = false;
+		}
+		else if (r < 0)
+		{
+			rw_defer_release(h->node, &h->keys, want);
+			ereport(WARNING,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not release Redis lock \"%s\"", h->name),
+					 errdetail("%s; it is released when Redis is reachable again, or when its lease runs out.",
+							   err.msg)));
+			ok = false;
+		}
+		h->redis_mode = want;
+	}
+	if (h->lost && !ok)
+		warn_lost(h);
+	if (want == '\0')
+		forget(h);
+	return ok;
+}
+
+static void
+push_hold(RwHeld *h, char mode, RwLevel level)
+{
+	h->count[level][mode == 'w' ? 1 : 0]++;
+	if (level == RW_SESSION)
+	{
+		if (h->stack_len == h->stack_cap)
+		{
+			h->stack_cap = Max(8, h->stack_cap * 2);
+			h->stack = h->stack ? repalloc(h->stack, h->stack_cap) :
+				MemoryContextAlloc(h->cxt, h->stack_cap);
+		}
+		h->stack[h->stack_len++] = mode;
+	}
+	else
+	{
+		if (n_xact == cap_xact)
+		{
+			cap_xact = Max(16, cap_xact * 2);
+			xact_holds = xact_holds ? repalloc(xact_holds, cap_xact * sizeof(RwXactHold)) :
+				MemoryContextAlloc(TopMemoryContext, cap_xact * sizeof(RwXactHold));
+		}
+		xact_holds[n_xact].held = h;
+		xact_holds[n_xact].mode = mode;
+		xact_holds[n_xact].level = GetCurrentTransactionNestLevel();
+		n_xact++;
+	}
+}

@@ -212,3 +212,85 @@ push_hold(RwHeld *h, char mode, RwLevel level)
 		n_xact++;
 	}
 }
+
+static void
+ensure_table(void)
+{
+	HASHCTL		ctl;
+
+	if (held_table != NULL)
+		return;
+	ctl.keysize = RW_NAME_MAX + 1;
+	ctl.entrysize = sizeof(RwHeld);
+	ctl.hcxt = TopMemoryContext;
+	held_table = hash_create("rwlock held locks", 64, &ctl,
+							 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+}
+
+/*
+ * Take a hold of `name`. Goes to Redis only if what Redis has for this
+ * session does not cover `mode` (or the hold was lost). wait_ms: -1 waits
+ * as lock_timeout allows (55P03 when it runs out); otherwise a try, which
+ * returns false when wait_ms runs out.
+ */
+bool
+rw_lock(const char *name, char mode, RwLevel level, long wait_ms,
+		bool is_try, int64 *token)
+{
+	RwHeld	   *h;
+	bool		found;
+
+	ensure_table();
+	rw_renew_due(false);
+	h = hash_search(held_table, name, HASH_FIND, NULL);
+	if (h != NULL && h->lost)
+	{
+		warn_lost(h);
+		h->redis_mode = '\0';
+	}
+	if (h == NULL || !covers(h->redis_mode, mode))
+	{
+		RwNode	   *node = h ? h->node : rw_current_node();
+		MemoryContext cxt = h ? h->cxt :
+			AllocSetContextCreate(TopTransactionContext, "rwlock hold",
+								  ALLOCSET_SMALL_SIZES);
+		RwKeys		keys;
+		char		want = (mode == 'w' || (h && wanted_mode(h) == 'w')) ? 'w' : 'r';
+		int64		tok;
+
+		if (h)
+			keys = h->keys;
+		else
+			rw_build_keys(rw_key_prefix, name, &keys, cxt);
+		run_deferred(node, 0);
+		if (!rw_wait_acquire(node, &keys, name, want, h ? h->redis_mode : '\0',
+							 is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1),
+							 !is_try, &tok))
+		{
+			if (!h)
+				MemoryContextDelete(cxt);
+			return false;
+		}
+		if (!h)
+		{
+			h = hash_search(held_table, name, HASH_ENTER, &found);
+			memset(h->count, 0, sizeof(h->count));
+			h->stack = NULL;
+			h->stack_len = h->stack_cap = 0;
+			h->node = node;
+			h->keys = keys;
+			h->cxt = cxt;
+			MemoryContextSetParent(cxt, TopMemoryContext);
+			node->nholds++;
+			h->acquired = GetCurrentTimestamp();
+		}
+		h->redis_mode = want;
+		h->token = tok;
+		h->renewed = GetCurrentTimestamp();
+		h->lease_ms = rw_lease_ms;
+		h->lost = false;
+	}
+	push_hold(h, mode, level);
+	*token = h->token;
+	return true;
+}

@@ -294,3 +294,148 @@ rw_lock(const char *name, char mode, RwLevel level, long wait_ms,
 	*token = h->token;
 	return true;
 }
+
+/* Release the most recent session-level hold of `name`. */
+bool
+rw_unlock(const char *name)
+{
+	RwHeld	   *h;
+	char		mode;
+
+	ensure_table();
+	h = hash_search(held_table, name, HASH_FIND, NULL);
+	if (h == NULL || h->stack_len == 0)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("you don't own a session-level hold of Redis lock \"%s\"", name)));
+		return false;
+	}
+	run_deferred(h->node, 0);
+	mode = h->stack[--h->stack_len];
+	h->count[RW_SESSION][mode == 'w' ? 1 : 0]--;
+	return sync_release(h);
+}
+
+/* Release every session-level hold; returns how many holds there were. */
+int
+rw_unlock_all(void)
+{
+	HASH_SEQ_STATUS seq;
+	RwHeld	   *h;
+	RwHeld	  **list;
+	int			n = 0,
+				holds = 0;
+
+	ensure_table();
+	list = palloc(sizeof(RwHeld *) * (hash_get_num_entries(held_table) + 1));
+	hash_seq_init(&seq, held_table);
+	while ((h = hash_seq_search(&seq)) != NULL)
+		if (h->stack_len > 0)
+			list[n++] = h;
+	for (int i = 0; i < n; i++)
+	{
+		holds += list[i]->stack_len;
+		list[i]->stack_len = 0;
+		list[i]->count[RW_SESSION][0] = list[i]->count[RW_SESSION][1] = 0;
+		sync_release(list[i]);
+	}
+	pfree(list);
+	return holds;
+}
+
+/* Release the xact-level holds taken at nest level `level` or deeper. */
+static void
+release_xact_holds(int level)
+{
+	while (n_xact > 0 && xact_holds[n_xact - 1].level >= level)
+	{
+		RwXactHold *x = &xact_holds[--n_xact];
+
+		x->held->count[RW_XACT][x->mode == 'w' ? 1 : 0]--;
+		/* Sync once per entry, when its last record at this depth goes. */
+		if (n_xact == 0 || xact_holds[n_xact - 1].held != x->held ||
+			xact_holds[n_xact - 1].level < level)
+			sync_release(x->held);
+	}
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (n_xact > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that holds Redis transaction-level locks"),
+						 errhint("Release them by ending the transaction, or use session-level locks.")));
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			rw_abandon_wait();
+			/* FALLTHROUGH */
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			/* After the commit is durable and visible; never throws. */
+			release_xact_holds(0);
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		rw_abandon_wait();
+		release_xact_holds(level);
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		for (int i = n_xact - 1; i >= 0 && xact_holds[i].level >= level; i--)
+			xact_holds[i].level = level - 1;
+	}
+}
+
+/* Session end: every hold goes, at once. */
+static void
+at_exit(int code, Datum arg)
+{
+	HASH_SEQ_STATUS seq;
+	RwHeld	   *h;
+
+	rw_abandon_wait();
+	n_xact = 0;
+	if (held_table == NULL)
+		return;
+	hash_seq_init(&seq, held_table);
+	while ((h = hash_seq_search(&seq)) != NULL)
+	{
+		memset(h->count, 0, sizeof(h->count));
+		h->stack_len = 0;
+		if (!h->lost && h->redis_mode != '\0')
+		{
+			RwError		err;
+
+			(void) rw_proto_release(&h->node->cmd, &h->keys, '\0', 0,
+									RW_NOTHROW, &err);
+		}
+	}
+	for (RwNode *n = rw_first_node(); n != NULL; n = n->next)
+		run_deferred(n, RW_NOTHROW);
+}
+
+void
+rw_held_init(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
+	before_shmem_exit(at_exit, (Datum) 0);
+}

@@ -4,7 +4,7 @@
  *	  The table of this session's holds: stacking, modes, transaction-level
  *	  holds and savepoints, deferred releases, release at session end.
  *
- * DRAFT (not yet compiled): see the stop note of session 1.
+ * DRAFT: complete but not yet compiled; see the stop note of session 1.
  *
  * Each name held has one entry with counts per level (session, xact) and
  * mode. What Redis has for the session is the strongest mode held: 'w' if
@@ -438,4 +438,116 @@ rw_held_init(void)
 	RegisterXactCallback(xact_callback, NULL);
 	RegisterSubXactCallback(subxact_callback, NULL);
 	before_shmem_exit(at_exit, (Datum) 0);
+}
+
+/*
+ * Renew the leases of holds past a third of their lease (all of them with
+ * all), one pipelined batch per node. Without the keeper this, run at every
+ * rwlock call, is what keeps leases alive. Returns holds found lost.
+ */
+int
+rw_renew_due(bool all)
+{
+	HASH_SEQ_STATUS seq;
+	RwHeld	   *h;
+	TimestampTz now = GetCurrentTimestamp();
+	int			nlost = 0;
+
+	if (held_table == NULL)
+		return 0;
+	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
+	{
+		RwHeld	  **due = palloc(sizeof(RwHeld *) * (hash_get_num_entries(held_table) + 1));
+		RwKeys	  **keys = palloc(sizeof(RwKeys *) * (hash_get_num_entries(held_table) + 1));
+		int		   *lease = palloc(sizeof(int) * (hash_get_num_entries(held_table) + 1));
+		int		   *held;
+		int			n = 0;
+		RwError		err;
+
+		hash_seq_init(&seq, held_table);
+		while ((h = hash_seq_search(&seq)) != NULL)
+		{
+			if (h->node != node || h->lost || h->redis_mode == '\0')
+				continue;
+			if (!all && now < TimestampTzPlusMilliseconds(h->renewed, h->lease_ms / 3))
+				continue;
+			due[n] = h;
+			keys[n] = &h->keys;
+			lease[n++] = h->lease_ms;
+		}
+		if (n > 0)
+		{
+			held = palloc(sizeof(int) * n);
+			if (!rw_proto_renew_batch(&node->cmd, keys, lease, n, held, 0, &err))
+				rw_raise(&node->cmd, &err);
+			for (int i = 0; i < n; i++)
+			{
+				if (held[i] == 1)
+					due[i]->renewed = now;
+				else if (held[i] == 0)
+				{
+					due[i]->lost = true;
+					nlost++;
+				}
+			}
+			pfree(held);
+		}
+		pfree(due);
+		pfree(keys);
+		pfree(lease);
+	}
+	return nlost;
+}
+
+/* Rows of redis_held_locks: one per (name, level, mode) with holds. */
+int
+rw_held_rows(RwHeldRow **rows)
+{
+	HASH_SEQ_STATUS seq;
+	RwHeld	   *h;
+	int			n = 0;
+
+	ensure_table();
+	*rows = palloc(sizeof(RwHeldRow) * 4 * (hash_get_num_entries(held_table) + 1));
+	hash_seq_init(&seq, held_table);
+	while ((h = hash_seq_search(&seq)) != NULL)
+	{
+		for (int level = 0; level < 2; level++)
+			for (int m = 1; m >= 0; m--)
+			{
+				RwHeldRow  *r;
+
+				if (h->count[level][m] == 0)
+					continue;
+				r = &(*rows)[n++];
+				r->name = pstrdup(h->name);
+				r->mode = m ? 'w' : 'r';
+				r->level = (RwLevel) level;
+				r->depth = h->count[level][m];
+				r->token = h->token;
+				r->acquired = h->acquired;
+				r->lost = h->lost;
+				r->lease_until = TimestampTzPlusMilliseconds(h->renewed, h->lease_ms);
+			}
+	}
+	return n;
+}
+
+/* Validate a lock name argument and copy it, NUL-terminated, into buf. */
+void
+rw_check_name(text *name, char *buf)
+{
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("Redis lock name must not be empty")));
+	if (len > RW_NAME_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("Redis lock name is too long"),
+				 errdetail("It is %d bytes; the limit is %d bytes.", len, RW_NAME_MAX)));
+	memcpy(buf, VARDATA_ANY(name), len);
+	buf[len] = '\0';
 }

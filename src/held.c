@@ -16,6 +16,7 @@
 #include "rwlock.h"
 
 #include "access/xact.h"
+#include "storage/proc.h"
 #include "storage/ipc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"

@@ -25,6 +25,8 @@
 #include "rwlock.h"
 
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/proc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 

@@ -1,0 +1,30 @@
+/* rwlock--1.0.sql: the SQL interface of rwlock (SPEC section 2 and 5). */
+\echo Use "CREATE EXTENSION rwlock" to load this file. \quit
+
+CREATE FUNCTION redis_wlock(name text) RETURNS bigint
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_rlock(name text) RETURNS bigint
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_wlock_xact(name text) RETURNS bigint
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_rlock_xact(name text) RETURNS bigint
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_try_wlock(name text, wait interval DEFAULT '0') RETURNS boolean
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_try_rlock(name text, wait interval DEFAULT '0') RETURNS boolean
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_try_wlock_xact(name text, wait interval DEFAULT '0') RETURNS boolean
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_try_rlock_xact(name text, wait interval DEFAULT '0') RETURNS boolean
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_unlock(name text) RETURNS boolean
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_unlock_all() RETURNS integer
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_held_locks_fn(
+    OUT name text, OUT mode text, OUT level text, OUT depth integer,
+    OUT token bigint, OUT acquired timestamptz, OUT lease_state text)
+  RETURNS SETOF record
+  AS 'MODULE_PATHNAME', 'redis_held_locks' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE VIEW redis_held_locks AS SELECT * FROM redis_held_locks_fn();

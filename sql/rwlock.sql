@@ -1,0 +1,74 @@
+-- Single-session semantics of rwlock against the Redis at rwlock.redis_url
+-- (test/run.sh starts one on 127.0.0.1:6379).
+CREATE EXTENSION rwlock;
+SET rwlock.key_prefix = 'rwtest';
+
+-- write, stacked read, held view
+SELECT redis_wlock('a') > 0 AS got_token;
+SELECT redis_rlock('a') = redis_wlock('a') AS stacked_same_token;
+SELECT name, mode, level, depth, lease_state FROM redis_held_locks ORDER BY mode DESC;
+-- most recent first: w, r, w
+SELECT redis_unlock('a'), redis_unlock('a'), redis_unlock('a');
+SELECT redis_unlock('a');  -- not held: WARNING and false
+SELECT count(*) FROM redis_held_locks;
+
+-- tokens strictly increase across write acquisitions
+CREATE TEMP TABLE toks (t bigint);
+INSERT INTO toks SELECT redis_wlock('t');
+SELECT redis_unlock('t');
+INSERT INTO toks SELECT redis_wlock('t');
+SELECT redis_unlock('t');
+SELECT max(t) > min(t) AS increasing FROM toks;
+
+-- transaction-level holds go at commit, at rollback, at savepoint rollback
+BEGIN;
+SELECT redis_rlock_xact('x') >= 0 AS ok;
+SELECT name, mode, level FROM redis_held_locks;
+COMMIT;
+SELECT count(*) FROM redis_held_locks;
+BEGIN;
+SELECT redis_wlock_xact('x') > 0 AS ok;
+ROLLBACK;
+SELECT count(*) FROM redis_held_locks;
+BEGIN;
+SELECT redis_wlock_xact('y') > 0 AS ok;
+SAVEPOINT s;
+SELECT redis_wlock_xact('z') > 0 AS ok;
+ROLLBACK TO SAVEPOINT s;
+SELECT name FROM redis_held_locks;
+COMMIT;
+SELECT count(*) FROM redis_held_locks;
+
+-- try variants and unlock_all
+SELECT redis_try_wlock('p'), redis_try_rlock('q'), redis_try_rlock('q', '10ms');
+SELECT redis_unlock_all();
+SELECT count(*) FROM redis_held_locks;
+
+-- PREPARE TRANSACTION is refused while holding xact locks
+BEGIN;
+SELECT redis_wlock_xact('prep') > 0 AS ok;
+PREPARE TRANSACTION 'rw';
+SELECT count(*) FROM redis_held_locks;
+
+-- bad input
+SELECT redis_wlock(NULL);
+SELECT redis_wlock('');
+SELECT redis_wlock(repeat('x', 1025));
+SELECT redis_try_wlock('a', '-1s');
+SELECT redis_try_wlock('a', NULL);
+SELECT redis_wlock(E'br{ace}s\nnewline é') > 0 AS odd_name_ok;
+SELECT redis_unlock(E'br{ace}s\nnewline é');
+
+-- wrong settings
+SET rwlock.redis_url = 'http://x';
+SET rwlock.key_prefix = 'a{b';
+SET rwlock.lease = '1ms';
+
+-- unreachable Redis: class 08, and the session stays usable
+SET rwlock.redis_url = 'redis://127.0.0.1:1/0';
+\set VERBOSITY sqlstate
+SELECT redis_wlock('u');
+\set VERBOSITY default
+RESET rwlock.redis_url;
+SELECT redis_wlock('u') > 0 AS works_again;
+SELECT redis_unlock('u');

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# run.sh: every test suite. Starts a Redis on 127.0.0.1:6379 and a throw-away
+# PostgreSQL cluster (pg_virtualenv), builds and installs the extension, runs
+# pg_regress through `make installcheck`, then the protocol test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=$(mktemp -d)
+redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" \
+  --daemonize yes --pidfile "$DIR/redis.pid" >/dev/null
+trap 'redis-cli -p 6379 shutdown nosave >/dev/null 2>&1; rm -rf "$DIR"' EXIT
+for _ in $(seq 50); do redis-cli -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+make -s
+make -s install
+status=0
+pg_virtualenv -s make installcheck || { status=1; cat regression.diffs 2>/dev/null || true; }
+bash test/protocol.sh || status=1
+exit $status

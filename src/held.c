@@ -4,8 +4,6 @@
  *	  The table of this session's holds: stacking, modes, transaction-level
  *	  holds and savepoints, deferred releases, release at session end.
  *
- * DRAFT: complete but not yet compiled; see the stop note of session 1.
- *
  * Each name held has one entry with counts per level (session, xact) and
  * mode. What Redis has for the session is the strongest mode held: 'w' if
  * any write hold, else 'r' if any read hold, else nothing. Only a change of

@@ -60,6 +60,7 @@ static RwXactHold *xact_holds = NULL;
 static int	n_xact = 0;
 static int	cap_xact = 0;
 static RwDeferred *deferred = NULL;
+static TimestampTz next_renewal = DT_NOEND;	/* earliest renewal due */
 
 static char
 wanted_mode(RwHeld *h)
@@ -287,6 +288,8 @@ rw_lock(const char *name, char mode, RwLevel level, long wait_ms,
 		h->token = tok;
 		h->renewed = GetCurrentTimestamp();
 		h->lease_ms = rw_lease_ms;
+		next_renewal = Min(next_renewal,
+						   TimestampTzPlusMilliseconds(h->renewed, h->lease_ms / 3));
 		h->lost = false;
 	}
 	push_hold(h, mode, level);
@@ -452,8 +455,9 @@ rw_renew_due(bool all)
 	TimestampTz now = GetCurrentTimestamp();
 	int			nlost = 0;
 
-	if (held_table == NULL)
+	if (held_table == NULL || (!all && now < next_renewal))
 		return 0;
+	next_renewal = DT_NOEND;
 	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
 	{
 		RwHeld	  **due = palloc(sizeof(RwHeld *) * (hash_get_num_entries(held_table) + 1));
@@ -469,7 +473,11 @@ rw_renew_due(bool all)
 			if (h->node != node || h->lost || h->redis_mode == '\0')
 				continue;
 			if (!all && now < TimestampTzPlusMilliseconds(h->renewed, h->lease_ms / 3))
+			{
+				next_renewal = Min(next_renewal,
+								   TimestampTzPlusMilliseconds(h->renewed, h->lease_ms / 3));
 				continue;
+			}
 			due[n] = h;
 			keys[n] = &h->keys;
 			lease[n++] = h->lease_ms;
@@ -482,7 +490,11 @@ rw_renew_due(bool all)
 			for (int i = 0; i < n; i++)
 			{
 				if (held[i] == 1)
+				{
 					due[i]->renewed = now;
+					next_renewal = Min(next_renewal,
+									   TimestampTzPlusMilliseconds(now, due[i]->lease_ms / 3));
+				}
 				else if (held[i] == 0)
 				{
 					due[i]->lost = true;

@@ -486,7 +486,10 @@ rw_renew_due(bool all)
 		{
 			held = palloc(sizeof(int) * n);
 			if (!rw_proto_renew_batch(&node->cmd, keys, lease, n, held, 0, &err))
+			{
+				next_renewal = 0;	/* try again at the next call */
 				rw_raise(&node->cmd, &err);
+			}
 			for (int i = 0; i < n; i++)
 			{
 				if (held[i] == 1)

@@ -1,14 +1,14 @@
 # rwlock: PGXS build. make && make install && make installcheck
 MODULE_big = rwlock
 OBJS = src/guc.o src/redis_conn.o src/scripts.o src/lua_scripts.o \
-       src/protocol.o src/waiting.o src/held.o src/functions.o
+       src/protocol.o src/waiting.o src/held.o src/introspect.o src/functions.o
 EXTENSION = rwlock
 DATA = rwlock--1.0.sql
 SHLIB_LINK = -lhiredis
 PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua
 EXTRA_CLEAN = src/lua_scripts.c
-REGRESS = rwlock sessions
+REGRESS = rwlock state privileges sessions
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

@@ -28,3 +28,18 @@ CREATE FUNCTION redis_held_locks_fn(
   RETURNS SETOF record
   AS 'MODULE_PATHNAME', 'redis_held_locks' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 CREATE VIEW redis_held_locks AS SELECT * FROM redis_held_locks_fn();
+
+-- The state of one lock as Redis has it now (SPEC 5).
+CREATE FUNCTION redis_lock_info(name text,
+    OUT state text, OUT token bigint, OUT writer text, OUT readers text[],
+    OUT waiting text[], OUT lease_left interval)
+  RETURNS record
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The Redis servers this session talks to (SPEC 5).
+CREATE FUNCTION redis_connection_info(
+    OUT url text, OUT current boolean, OUT connected boolean,
+    OUT listening boolean, OUT rtt_ms double precision, OUT holds integer,
+    OUT owner text)
+  RETURNS SETOF record
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -30,6 +30,47 @@ SELECT redis_unlock('r');
 SELECT * FROM dblink('other', $$SELECT redis_try_wlock('r')$$) AS t(sole_reader_upgrades bool);
 SELECT * FROM dblink('other', $$SELECT redis_unlock_all()$$) AS t(n int);
 
+-- transaction-level holds of the other session go at its commit
+SELECT dblink_exec('other', 'BEGIN');
+SELECT * FROM dblink('other', $$SELECT redis_wlock_xact('tx') > 0$$) AS t(ok bool);
+SELECT redis_try_rlock('tx') AS blocked_in_xact;
+SELECT dblink_exec('other', 'COMMIT');
+SELECT redis_try_rlock('tx') AS free_after_commit;
+SELECT redis_unlock('tx');
+
+-- a waiting writer is visible in Redis and gets the lock when we release
+SELECT redis_rlock('q') >= 0 AS reading;
+SELECT dblink_send_query('other', $$SELECT redis_wlock('q') > 0$$);
+SELECT pg_sleep(0.3);
+SELECT state, cardinality(readers) AS readers, cardinality(waiting) AS waiting
+  FROM redis_lock_info('q');
+SELECT redis_unlock('q');
+SELECT * FROM dblink_get_result('other') AS t(got_it bool);
+SELECT * FROM dblink_get_result('other') AS t(got_it bool);
+SELECT state, writer IS NOT NULL AS has_writer, cardinality(waiting) AS waiting
+  FROM redis_lock_info('q');
+SELECT * FROM dblink('other', $$SELECT redis_unlock('q')$$) AS t(ok bool);
+
+-- a cancelled waiter stops at once and leaves nothing behind in Redis
+SELECT redis_wlock('c') > 0 AS holding;
+SELECT dblink_send_query('other', $$SELECT redis_wlock('c')$$);
+SELECT pg_sleep(0.3);
+SELECT cardinality(waiting) AS waiting FROM redis_lock_info('c');
+SELECT clock_timestamp() AS t0 \gset
+SELECT dblink_cancel_query('other');
+SELECT * FROM dblink_get_result('other', false) AS t(token bigint);
+SELECT clock_timestamp() - :'t0' < interval '500ms' AS prompt;
+SELECT * FROM dblink_get_result('other', false) AS t(token bigint);
+SELECT state, cardinality(waiting) AS waiting FROM redis_lock_info('c');
+-- and so does one that statement_timeout ends
+SELECT * FROM dblink('other', $$SET statement_timeout = '300ms'; SELECT 1$$) AS t(x int);
+SELECT * FROM dblink('other', $$SELECT redis_wlock('c')$$, false) AS t(token bigint);
+SELECT * FROM dblink('other', $$RESET statement_timeout; SELECT 1$$) AS t(x int);
+SELECT state, cardinality(waiting) AS waiting FROM redis_lock_info('c');
+SELECT redis_unlock('c');
+SELECT * FROM dblink('other', $$SELECT redis_try_wlock('c')$$) AS t(free_for_other bool);
+SELECT * FROM dblink('other', $$SELECT redis_unlock('c')$$) AS t(ok bool);
+
 -- session end releases everything at once
 SELECT * FROM dblink('other', $$SELECT redis_wlock('e') > 0$$) AS t(ok bool);
 SELECT dblink_disconnect('other');

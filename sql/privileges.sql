@@ -1,0 +1,30 @@
+-- What a role without privileges may see and set.
+CREATE EXTENSION IF NOT EXISTS rwlock;
+LOAD 'rwlock';    -- its settings exist once the library is loaded
+CREATE ROLE regress_rwlock_user;
+SET ROLE regress_rwlock_user;
+
+-- rwlock.redis_url is hidden and cannot be set; key_prefix cannot be set
+SHOW rwlock.redis_url;
+SELECT count(*) FROM pg_settings WHERE name = 'rwlock.redis_url';
+SET rwlock.redis_url = 'redis://127.0.0.1:6380/0';
+SET rwlock.key_prefix = 'mine';
+-- the others are anyone's
+SET rwlock.lease = '20s';
+SET rwlock.connect_timeout = '1s';
+SET rwlock.command_timeout = '1s';
+SELECT name, setting, unit FROM pg_settings
+ WHERE name LIKE 'rwlock.%' ORDER BY name;
+
+-- locks work; the connection's URL is not shown
+SELECT redis_wlock('priv') > 0 AS ok;
+SELECT url, connected, holds FROM redis_connection_info();
+SELECT redis_unlock('priv');
+RESET ROLE;
+
+-- a superuser sees the URL, without a password
+SET rwlock.redis_url = 'redis://someone:secret@127.0.0.1:6379/0';
+SHOW rwlock.redis_url;
+SELECT url FROM redis_connection_info() WHERE current;
+RESET rwlock.redis_url;
+DROP ROLE regress_rwlock_user;

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# install-deps.sh: install, as root on Debian 12, what building rwlock and
+# running its tests, demo and benchmarks need. Packages already there are
+# skipped, so a second run is quick and needs no network.
+set -euo pipefail
+pkgs="build-essential postgresql-15 postgresql-server-dev-15 libhiredis-dev
+      redis-server redis-tools libipc-run-perl python3-redis python3-psycopg2
+      gnuplot-nox"
+need=""
+for p in $pkgs; do
+  dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+done
+if [ -n "$need" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq $need >/dev/null
+fi
+# Debian starts its own Redis on install; ours are started by the scripts.
+if [ -e /etc/init.d/redis-server ]; then
+  service redis-server stop >/dev/null 2>&1 || true
+fi

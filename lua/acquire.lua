@@ -8,7 +8,10 @@
 -- ARGV[2]  owner: a string unique to the holder
 -- ARGV[3]  "r" or "w"
 -- ARGV[4]  lease, ms
--- ARGV[5]  writer's intent lease, ms; "0" when the caller will not wait
+-- ARGV[5]  how long a waiting caller's mark lasts, ms; "0" when the caller
+--          will not wait. A waiting writer's mark is its intent (KEYS[3]); a
+--          waiting reader's is the hash's field rw, which gives readers a
+--          turn (field rt) when the next writer leaves.
 -- ARGV[6]  how long the last write token outlives the lock, ms
 --
 -- Returns {1, token} when granted; {0, ms} when busy, ms being the longest the
@@ -34,21 +37,27 @@ local function extend(key, ms)
 end
 
 local function busy(until_ms)
-  if mode == 'w' and intent > 0 then
+  if intent > 0 and mode == 'w' then
     redis.call('ZADD', intents, now + intent, owner)
     extend(intents, intent)
+  elseif intent > 0 then
+    local rw = tonumber(redis.call('HGET', hash, 'rw') or 0)
+    redis.call('HSET', hash, 'rw', math.max(rw, now + intent))
+    extend(hash, intent)
   end
   return {0, math.max(until_ms - now, 1)}
 end
 
-local h = redis.call('HMGET', hash, 'w', 'wexp', 'f')
+local h = redis.call('HMGET', hash, 'w', 'wexp', 'f', 'rt')
 local writer, wexp, fence = h[1], tonumber(h[2] or 0), tonumber(h[3] or 0)
+local turn = tonumber(h[4] or 0)
 if writer and wexp <= now then writer = false end
 if writer and writer ~= owner then return busy(wexp) end
 
 if mode == 'r' then
-  -- Once a writer waits, new readers queue behind it.
-  if not writer and not redis.call('ZSCORE', readers, owner) then
+  -- Once a writer waits, new readers queue behind it, except in the turn
+  -- that readers who waited get when a writer leaves.
+  if not writer and turn <= now and not redis.call('ZSCORE', readers, owner) then
     local first = redis.call('ZRANGE', intents, 0, 0, 'WITHSCORES')
     if first[1] then return busy(tonumber(first[2])) end
   end
@@ -60,6 +69,8 @@ if mode == 'r' then
 end
 
 if writer ~= owner then
+  -- Readers who waited for the last writer go first.
+  if turn > now then return busy(turn) end
   local mine = redis.call('ZSCORE', readers, owner)
   local others = redis.call('ZCARD', readers) - (mine and 1 or 0)
   if others > 0 then

@@ -11,6 +11,11 @@
 -- Returns 1 when the owner held what it released, 0 when its hold had already
 -- been lost (lease expired, or the data set was lost). "q" always returns 1.
 -- Publishes on <KEYS[1]>:c whenever waiters may now proceed.
+--
+-- A writer that leaves while readers wait (field rw) starts the readers'
+-- turn (field rt, READER_TURN_MS): new writers wait until the readers that
+-- came in are done or the turn runs out, so neither side starves.
+local READER_TURN_MS = 100
 local hash, readers, intents = KEYS[1], KEYS[2], KEYS[3]
 local owner, keeps = ARGV[2], ARGV[3]
 
@@ -26,10 +31,13 @@ local held, changed = 0, redis.call('ZREM', intents, owner) == 1
 if keeps == 'q' then
   held = 1
 else
-  local h = redis.call('HMGET', hash, 'w', 'wexp')
+  local h = redis.call('HMGET', hash, 'w', 'wexp', 'rw', 'rt')
   if h[1] == owner then
     if tonumber(h[2]) > now then held = 1 end
-    redis.call('HDEL', hash, 'w', 'wexp')
+    redis.call('HDEL', hash, 'w', 'wexp', 'rw')
+    if tonumber(h[3] or 0) > now then
+      redis.call('HSET', hash, 'rt', now + READER_TURN_MS)
+    end
     changed = true
   end
   local s = redis.call('ZSCORE', readers, owner)
@@ -37,6 +45,10 @@ else
     if tonumber(s) > now then held = 1 end
     redis.call('ZREM', readers, owner)
     changed = true
+    -- The readers' turn ends when the last of them leaves.
+    if tonumber(h[4] or 0) > now and redis.call('EXISTS', readers) == 0 then
+      redis.call('HDEL', hash, 'rt')
+    end
   end
   if keeps == 'r' and held == 1 then
     local lease = tonumber(ARGV[4])

@@ -13,7 +13,8 @@
  *
  * A waiting writer registers an intent with a short lease of its own
  * (RW_INTENT_MS), renewed at each try, which makes new readers queue behind
- * it. The intent is withdrawn when the wait ends without the lock, and, if the
+ * it. A waiting reader leaves a mark of the same lease, which gives waiting
+ * readers a turn before the next writer when the current writer leaves. The intent is withdrawn when the wait ends without the lock, and, if the
  * wait is cancelled or times out with an error, by rw_abandon_wait() from the
  * (sub)transaction abort callbacks.
  *
@@ -254,9 +255,9 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 {
 	TimestampTz deadline = timeout_ms < 0 ? DT_NOEND :
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	int			intent = (mode == 'w' && timeout_ms != 0) ? RW_INTENT_MS : 0;
+	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 
-	wait_begin(node, keys, held_mode, intent > 0);
+	wait_begin(node, keys, held_mode, intent > 0 && mode == 'w');
 	for (;;)
 	{
 		RwAcquireStatus status;
@@ -297,7 +298,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			if (subscribe())
 				continue;
 		}
-		/* Never sleep past the blocker's lease, or let our intent lapse. */
+		/* Never sleep past the blocker's lease, or let our mark lapse. */
 		if (intent > 0)
 			result = Min(result, intent / 2);
 		sleep_until_woken(left < 0 ? result : Min(result, left));

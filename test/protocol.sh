@@ -46,6 +46,25 @@ check "short lease expires"              "1 *"        "$(run acquire 1 o5 w 500 
 sleep 0.7
 check "expired hold is lost"             "0"          "$(run renew 1 o5 30000 600000)"
 check "other writer after expiry"        "1 *"        "$(run acquire 1 o6 w 30000 0 600000)"
+run release 1 o6 '' 0 600000 >/dev/null
+# readers who waited for a writer go before the next writer, for a turn
+run acquire 1 w1 w 30000 0 600000 >/dev/null
+check "reader waits for writer"          "0 *"        "$(run acquire 1 r1 r 30000 2000 600000)"
+check "next writer waits (intent)"       "0 *"        "$(run acquire 1 w2 w 30000 2000 600000)"
+check "writer leaves"                    "1"          "$(run release 1 w1 '' 0 600000)"
+check "turn: next writer still waits"    "0 *"        "$(run acquire 1 w2 w 30000 2000 600000)"
+check "turn: waiting reader passes intent" "1 *"      "$(run acquire 1 r1 r 30000 2000 600000)"
+check "turn: writer waits for reader"    "0 *"        "$(run acquire 1 w2 w 30000 2000 600000)"
+check "last reader leaves: turn over"    "1"          "$(run release 1 r1 '' 0 600000)"
+check "writer enters after the turn"     "1 *"        "$(run acquire 1 w2 w 30000 2000 600000)"
+check "a try (no wait) leaves no mark"   "0 *"        "$(run acquire 1 r2 r 30000 0 600000)"
+run release 1 w2 '' 0 600000 >/dev/null
+check "no reader waited: no turn"        "1 *"        "$(run acquire 1 w3 w 30000 0 600000)"
+check "reader waits again"               "0 *"        "$(run acquire 1 r2 r 30000 2000 600000)"
+run release 1 w3 '' 0 600000 >/dev/null
+sleep 0.15
+check "a turn nobody uses runs out"      "1 *"        "$(run acquire 1 w4 w 30000 0 600000)"
+run release 1 w4 '' 0 600000 >/dev/null
 redis-cli -p "$PORT" hset 'rw:{a}' v 2 >/dev/null
 check "protocol version mismatch"        "*RWLOCK_VERSION*" "$(run acquire 1 o7 w 30000 0 600000 2>&1)"
 

@@ -1,0 +1,472 @@
+"""rwlock_client: distributed read/write locks in Redis, compatible with the
+rwlock PostgreSQL extension (protocol version 1, docs/protocol.md).
+
+    import redis
+    from rwlock_client import Client
+
+    locks = Client(redis.Redis(host="127.0.0.1", port=6379))
+    with locks.write_lock("invoice:42") as lk:      # waits as long as it takes
+        store.write(data, fencing_token=lk.token)
+
+    lk = locks.read_lock("invoice:42")
+    if lk.try_acquire(wait=2.5):                    # waits up to 2.5 s
+        try:
+            ...
+        finally:
+            lk.release()                            # False if the lock was lost
+
+The Lua scripts are read at run time from the repository's lua/ directory
+(found relative to this file; override with lua_dir= or $RWLOCK_LUA_DIR) and
+run with EVALSHA, loaded again when Redis answers NOSCRIPT.
+
+A Lock object is one holder (one owner id) and is meant for one thread at a
+time; give each thread its own Lock object. Leases are renewed by a background
+thread per held lock, every third of the lease, until release().
+"""
+
+import logging
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+
+import redis
+
+__all__ = [
+    "PROTOCOL_VERSION", "Client", "Lock", "RWLockError", "ProtocolVersionError",
+    "LockTimeout", "UpgradeConflict", "lock_keys", "encode_name",
+]
+
+# The protocol this client speaks; sent as ARGV[1] of every script and checked
+# against the header ("-- rwlock protocol N: ...") of each script loaded.
+PROTOCOL_VERSION = "1"
+
+INTENT_MS = 2000          # lease of a waiting writer's intent (as the SQL side)
+KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
+NAME_MAX = 1024           # bytes: the longest name the SQL side accepts
+SCRIPTS = ("acquire", "release", "renew", "info")
+
+log = logging.getLogger("rwlock_client")
+
+
+class RWLockError(Exception):
+    """Base class of this module's errors."""
+
+
+class ProtocolVersionError(RWLockError):
+    """The lock's keys in Redis, or the scripts, speak another protocol version."""
+
+
+class LockTimeout(RWLockError, TimeoutError):
+    """A blocking acquire ran out of time."""
+
+
+class UpgradeConflict(RWLockError):
+    """Two read holders both wait to upgrade to the write lock: this one gives up."""
+
+    def __init__(self, name, other):
+        super().__init__(
+            "deadlock: this holder and %s both hold the read lock on %r and wait "
+            "for its write lock; release the read lock and retry" % (other, name))
+        self.other = other
+
+
+def encode_name(name):
+    """The name as it appears in keys: '%', '{', '}' percent-encoded."""
+    return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def lock_keys(prefix, name):
+    """(hash, readers, intents, channel) of lock `name` under `prefix`."""
+    base = "%s:{%s}" % (prefix, encode_name(name))
+    return base, base + ":r", base + ":q", base + ":c"
+
+
+def default_lua_dir():
+    env = os.environ.get("RWLOCK_LUA_DIR")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "lua"))
+
+
+def load_scripts(lua_dir=None):
+    """{name: source} of the protocol's scripts, checked to be PROTOCOL_VERSION."""
+    lua_dir = lua_dir or default_lua_dir()
+    out = {}
+    for name in SCRIPTS:
+        path = os.path.join(lua_dir, name + ".lua")
+        with open(path, "rb") as f:
+            body = f.read().decode("utf-8")
+        m = re.match(r"-- rwlock protocol (\S+):", body)
+        if not m:
+            raise ProtocolVersionError("%s does not say which protocol it is" % path)
+        if m.group(1) != PROTOCOL_VERSION:
+            raise ProtocolVersionError(
+                "%s is rwlock protocol %s; this client speaks %s"
+                % (path, m.group(1), PROTOCOL_VERSION))
+        out[name] = body
+    return out
+
+
+def _text(v):
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def _ms(seconds):
+    return max(1, int(round(seconds * 1000)))
+
+
+class Client:
+    """Locks on one Redis server (any redis.Redis; thread-safe)."""
+
+    def __init__(self, redis_client, prefix="rwlock", lease=30.0, lua_dir=None,
+                 subscribe_timeout=2.0):
+        if not prefix or "{" in prefix or "}" in prefix:
+            raise ValueError("prefix must be non-empty and contain no braces")
+        if lease <= 0:
+            raise ValueError("lease must be positive")
+        self.redis = redis_client
+        self.prefix = prefix
+        self.lease = float(lease)
+        self.subscribe_timeout = subscribe_timeout
+        self.owner_prefix = "py:%s:%d" % (socket.gethostname()[:40], os.getpid())
+        self._scripts = {name: redis_client.register_script(body)
+                         for name, body in load_scripts(lua_dir).items()}
+
+    @classmethod
+    def from_url(cls, url, **kwargs):
+        return cls(redis.Redis.from_url(url), **kwargs)
+
+    def new_owner(self):
+        """A fresh owner id: py:<hostname>:<pid>:<random>."""
+        return "%s:%s" % (self.owner_prefix, secrets.token_hex(6))
+
+    def write_lock(self, name, lease=None, timeout=None, on_lost=None):
+        """A Lock object for the write lock of `name` (not yet acquired)."""
+        return Lock(self, name, "w", lease, timeout, on_lost)
+
+    def read_lock(self, name, lease=None, timeout=None, on_lost=None):
+        """A Lock object for the read lock of `name` (not yet acquired)."""
+        return Lock(self, name, "r", lease, timeout, on_lost)
+
+    def info(self, name):
+        """The state of lock `name` as Redis has it now."""
+        state, token, writer, writer_ms, readers, waiting = self._run(
+            "info", name, [PROTOCOL_VERSION])
+
+        def pairs(flat):
+            return {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return {"state": _text(state), "token": int(token),
+                "writer": _text(writer) or None, "writer_ms": int(writer_ms),
+                "readers": pairs(readers), "waiting": pairs(waiting)}
+
+    # -- the protocol's calls -------------------------------------------------
+
+    def _run(self, script, name, args):
+        keys = lock_keys(self.prefix, name)[:3]
+        try:
+            return self._scripts[script](keys=keys, args=args)
+        except redis.exceptions.ResponseError as e:
+            msg = str(e)
+            if "RWLOCK_VERSION" in msg:
+                raise ProtocolVersionError(
+                    "lock %r: %s (this client speaks rwlock protocol %s)"
+                    % (name, msg, PROTOCOL_VERSION)) from e
+            raise
+
+    def _acquire(self, name, owner, mode, lease_ms, intent_ms):
+        status, value = self._run("acquire", name, [
+            PROTOCOL_VERSION, owner, mode, lease_ms, intent_ms, KEEP_TOKEN_MS])
+        return int(status), value
+
+    def _release(self, name, owner, keep, lease_ms=0):
+        return int(self._run("release", name, [
+            PROTOCOL_VERSION, owner, keep, lease_ms, KEEP_TOKEN_MS]))
+
+    def _renew(self, name, owner, lease_ms):
+        return int(self._run("renew", name, [
+            PROTOCOL_VERSION, owner, lease_ms, KEEP_TOKEN_MS]))
+
+    def _subscribe(self, channel):
+        """A PubSub listening on channel once Redis confirmed it, or None."""
+        ps = self.redis.pubsub()
+        try:
+            ps.subscribe(channel)
+            end = time.monotonic() + self.subscribe_timeout
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                m = ps.get_message(timeout=left)
+                if m and m["type"] in ("subscribe", b"subscribe") and \
+                        _text(m["channel"]) == channel:
+                    return ps
+        except redis.exceptions.RedisError as e:
+            log.debug("rwlock: subscribing to %s failed: %s", channel, e)
+        ps.close()
+        return None
+
+
+def _wait_message(ps, channel, timeout):
+    """Wait up to timeout s for a message on channel. False on timeout."""
+    end = time.monotonic() + timeout
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        m = ps.get_message(timeout=left)
+        if m and m["type"] in ("message", b"message") and _text(m["channel"]) == channel:
+            return True
+
+
+class Lock:
+    """One holder's read or write lock on one name.
+
+    Properties: name, mode ("r"/"w"), owner, token (fencing token of the hold),
+    held (acquired and not released), lost (the lease ran out or Redis lost it
+    while held: the hold no longer excludes others).
+    """
+
+    def __init__(self, client, name, mode, lease=None, timeout=None, on_lost=None):
+        if not isinstance(name, str) or not name:
+            raise ValueError("lock name must be a non-empty string")
+        if len(name.encode("utf-8")) > NAME_MAX:
+            raise ValueError("lock name is longer than %d bytes" % NAME_MAX)
+        if mode not in ("r", "w"):
+            raise ValueError("mode must be 'r' or 'w'")
+        self.client = client
+        self.name = name
+        self.mode = mode
+        self.lease = float(lease if lease is not None else client.lease)
+        if self.lease <= 0:
+            raise ValueError("lease must be positive")
+        self.timeout = timeout              # for the context manager
+        self.on_lost = on_lost              # called as on_lost(lock), renewal thread
+        self.owner = client.new_owner()
+        self.token = None
+        self._channel = lock_keys(client.prefix, name)[3]
+        self._held = False
+        self._lost = False
+        self._valid_until = 0.0             # monotonic; lease end as we know it
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __repr__(self):
+        return "<rwlock %s %r owner=%s held=%s lost=%s token=%s>" % (
+            "write" if self.mode == "w" else "read", self.name, self.owner,
+            self._held, self.lost, self.token)
+
+    @property
+    def held(self):
+        return self._held
+
+    @property
+    def lost(self):
+        """True once the hold is known or presumed lost: Redis said so at a
+        renewal, or the lease has run out by our clock without a renewal."""
+        return self._held and (self._lost or time.monotonic() > self._valid_until)
+
+    # -- acquiring ----------------------------------------------------------
+
+    def acquire(self, timeout=None):
+        """Wait for the lock (forever, or up to timeout s); the fencing token.
+        Raises LockTimeout when the time runs out."""
+        if not self._take(self.mode, timeout, upgrade=False):
+            raise LockTimeout("timed out after %ss waiting for the %s lock %r"
+                              % (timeout, "write" if self.mode == "w" else "read",
+                                 self.name))
+        return self.token
+
+    def try_acquire(self, wait=0.0):
+        """Take the lock if it is free within `wait` s; True if taken."""
+        return self._take(self.mode, wait, upgrade=False)
+
+    def upgrade(self, timeout=None):
+        """Holding the read lock, wait for the write lock too (until this
+        holder is the only reader). True if upgraded, False on timeout (the
+        read lock is kept). Raises UpgradeConflict if another reader already
+        waits to upgrade."""
+        if not self._held or self.mode != "r":
+            raise RuntimeError("upgrade() needs a held read lock")
+        return self._take("w", timeout, upgrade=True)
+
+    def _take(self, mode, timeout, upgrade):
+        if self._held and not upgrade:
+            raise RuntimeError("%r is already held" % self)
+        c = self.client
+        lease_ms = _ms(self.lease)
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        intent = INTENT_MS if mode == "w" and (timeout is None or timeout > 0) else 0
+        ps = None
+        done = False
+        try:
+            while True:
+                sent = time.monotonic()
+                status, value = c._acquire(self.name, self.owner, mode, lease_ms, intent)
+                if status == 1:
+                    done = True
+                    self._granted(mode, int(value), sent)
+                    return True
+                if status == -1:
+                    done = True
+                    if intent:
+                        c._release(self.name, self.owner, "q")
+                    raise UpgradeConflict(self.name, _text(value))
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    done = True
+                    if intent:
+                        c._release(self.name, self.owner, "q")
+                    return False
+                if ps is None:
+                    # Listen first, then try again before any sleep, so a
+                    # release published in between cannot be missed.
+                    ps = c._subscribe(self._channel)
+                    if ps is not None:
+                        continue
+                wait_ms = int(value)                    # never past the hint
+                if intent:
+                    wait_ms = min(wait_ms, intent // 2)  # keep our intent alive
+                wait = wait_ms / 1000.0
+                if deadline is not None:
+                    wait = min(wait, deadline - now)
+                if ps is None:
+                    time.sleep(min(wait, 0.05))         # no subscription: poll
+                    continue
+                try:
+                    _wait_message(ps, self._channel, wait)
+                except redis.exceptions.RedisError:
+                    ps.close()
+                    ps = None
+        except BaseException:
+            if not done:
+                # Interrupted, or the connection failed with a call in flight:
+                # undo whatever may have been granted, withdraw the intent.
+                try:
+                    c._release(self.name, self.owner, "r" if upgrade else "",
+                               lease_ms)
+                except Exception:
+                    pass
+            raise
+        finally:
+            if ps is not None:
+                try:
+                    ps.close()
+                except Exception:
+                    pass
+
+    def _granted(self, mode, token, sent):
+        with self._mutex:
+            self.mode = mode
+            self.token = token
+            self._lost = False
+            self._valid_until = sent + self.lease
+            self._stop.clear()
+            self._held = True
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                            name="rwlock-renew %s" % self.name)
+            self._thread.start()
+
+    # -- renewing -----------------------------------------------------------
+
+    def renew(self):
+        """Renew the lease now; True if still held (the background thread
+        does this every third of the lease)."""
+        with self._mutex:
+            if not self._held:
+                raise RuntimeError("%r is not held" % self)
+            return self._renew_locked()
+
+    def _renew_locked(self):
+        if self._lost:
+            return False
+        sent = time.monotonic()
+        if self.client._renew(self.name, self.owner, _ms(self.lease)) == 1:
+            self._valid_until = sent + self.lease
+            return True
+        self._lost = True
+        return False
+
+    def _renew_loop(self):
+        interval = self.lease / 3.0
+        wait = interval
+        while not self._stop.wait(wait):
+            with self._mutex:
+                if self._stop.is_set() or not self._held:
+                    return
+                try:
+                    ok = self._renew_locked()
+                    wait = interval
+                except redis.exceptions.RedisError as e:
+                    # Keep trying, sooner; `lost` turns true by itself once the
+                    # lease has run out by our clock.
+                    log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                    ok = True
+                    wait = min(interval, 1.0)
+                    if isinstance(e, ProtocolVersionError):
+                        self._lost, ok = True, False
+            if not ok:
+                log.warning("rwlock: lock %r (owner %s) was lost", self.name, self.owner)
+                if self.on_lost is not None:
+                    try:
+                        self.on_lost(self)
+                    except Exception:
+                        log.exception("rwlock: on_lost callback failed")
+                return
+
+    # -- releasing ----------------------------------------------------------
+
+    def release(self):
+        """Release the hold. True if it was still held, False if it had been
+        lost (then others may have held the lock meanwhile)."""
+        return self._drop("")
+
+    def downgrade(self):
+        """Holding the write lock, keep only a read lock (no other writer can
+        get in between). True if the write lock was still held; False if it
+        was lost (then nothing is held)."""
+        if not self._held or self.mode != "w":
+            raise RuntimeError("downgrade() needs a held write lock")
+        return self._drop("r")
+
+    def _drop(self, keep):
+        if not self._held:
+            raise RuntimeError("%r is not held" % self)
+        if not keep:
+            self._stop.set()
+        with self._mutex:
+            lost = self._lost
+            sent = time.monotonic()
+            try:
+                held = self.client._release(self.name, self.owner, keep, _ms(self.lease))
+            except BaseException:
+                # The lease is the backstop: stop renewing, forget the hold.
+                self._stop.set()
+                self._held = False
+                raise
+            if keep and held == 1:
+                self.mode = "r"
+                self._valid_until = sent + self.lease
+            else:
+                self._stop.set()
+                self._held = False
+        t = self._thread
+        if not self._held and t is not None and t is not threading.current_thread():
+            t.join()
+        return held == 1 and not lost
+
+    # -- context manager ------------------------------------------------------
+
+    def __enter__(self):
+        self.acquire(self.timeout)
+        return self
+
+    def __exit__(self, *exc):
+        if self._held and not self.release():
+            log.warning("rwlock: lock %r was lost before it was released", self.name)
+        return False

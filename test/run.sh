@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh: every test suite. Starts a Redis on 127.0.0.1:6379 and a throw-away
 # PostgreSQL cluster (pg_virtualenv), builds and installs the extension, runs
-# pg_regress through `make installcheck`, then the protocol test.
+# pg_regress through `make installcheck`, then the protocol test and the
+# cross-client test (Python client and SQL sessions; its own Redis).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=$(mktemp -d)
@@ -14,4 +15,5 @@ make -s install
 status=0
 pg_virtualenv -s make installcheck || { status=1; cat regression.diffs 2>/dev/null || true; }
 bash test/protocol.sh || status=1
+pg_virtualenv -t -s /usr/bin/python3 test/cross_test.py || status=1
 exit $status

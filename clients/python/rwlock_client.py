@@ -173,8 +173,8 @@ class Client:
             msg = str(e)
             if "RWLOCK_VERSION" in msg:
                 raise ProtocolVersionError(
-                    "lock %r: %s (this client speaks rwlock protocol %s)"
-                    % (name, msg, PROTOCOL_VERSION)) from e
+                    "lock %r is kept in another rwlock protocol version than "
+                    "this client's (%s): %s" % (name, PROTOCOL_VERSION, msg)) from e
             raise
 
     def _acquire(self, name, owner, mode, lease_ms, intent_ms):

@@ -54,6 +54,9 @@ else
     local lease = tonumber(ARGV[4])
     redis.call('ZADD', readers, now + lease, owner)
     if redis.call('PTTL', readers) < lease then redis.call('PEXPIRE', readers, lease) end
+    -- The hash (version, last token) must outlive the kept read lock too.
+    local ms = lease + tonumber(ARGV[5])
+    if redis.call('PTTL', hash) < ms then redis.call('PEXPIRE', hash, ms) end
   end
 end
 

@@ -65,6 +65,11 @@ run release 1 w3 '' 0 600000 >/dev/null
 sleep 0.15
 check "a turn nobody uses runs out"      "1 *"        "$(run acquire 1 w4 w 30000 0 600000)"
 run release 1 w4 '' 0 600000 >/dev/null
+run acquire 1 d1 w 30000 0 600000 >/dev/null
+redis-cli -p "$PORT" pexpire 'rw:{a}' 5000 >/dev/null   # as if renewed long ago
+check "downgrade with a long lease"      "1"          "$(run release 1 d1 r 90000 1000)"
+check "hash outlives the kept read lock" "yes"        "$([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 90000 ] && echo yes || echo no)"
+run release 1 d1 '' 0 600000 >/dev/null
 redis-cli -p "$PORT" hset 'rw:{a}' v 2 >/dev/null
 check "protocol version mismatch"        "*RWLOCK_VERSION*" "$(run acquire 1 o7 w 30000 0 600000 2>&1)"
 

@@ -274,6 +274,27 @@ def run(srv):
           "(%s vs %s)" % (pr3.token, bgw.result))
     pr3.release()
 
+    # -- readers who waited get a turn before the next writer ------------------
+    name = "cross:turn"
+    hkey = rw.lock_keys("rwlock", name)[0]
+    q(s1, "SELECT redis_wlock(%s)", name)
+    pr = py.read_lock(name)
+    bgr = Bg(lambda: pr.acquire(5))
+    check("a waiting Python reader leaves its mark",
+          wait_until(lambda: r.hexists(hkey, "rw")))
+    bgw = Bg(lambda: q(s2, "SELECT redis_wlock(%s)", name))
+    check("a waiting SQL writer registers its intent",
+          wait_until(lambda: len(py.info(name)["waiting"]) == 1 and subscribers(name) >= 2))
+    q(s1, "SELECT redis_unlock(%s)", name)
+    bgr.join(5)
+    time.sleep(0.05)
+    check("the Python reader goes before the waiting SQL writer",
+          pr.held and bgw.done_at is None, "(%s %s)" % (pr, bgw.done_at))
+    pr.release()
+    bgw.join(5)
+    check("then the SQL writer", bgw.error is None and bgw.result is not None, repr(bgw.error))
+    q(s2, "SELECT redis_unlock(%s)", name)
+
     # -- fencing tokens: one strictly increasing sequence ----------------------
     name = "cross:fence"
     pw = py.write_lock(name)

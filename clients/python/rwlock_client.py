@@ -43,7 +43,7 @@ __all__ = [
 # against the header ("-- rwlock protocol N: ...") of each script loaded.
 PROTOCOL_VERSION = "1"
 
-INTENT_MS = 2000          # lease of a waiting writer's intent (as the SQL side)
+INTENT_MS = 2000          # lease of a waiting caller's mark (as the SQL side)
 KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
 NAME_MAX = 1024           # bytes: the longest name the SQL side accepts
 SCRIPTS = ("acquire", "release", "renew", "info")
@@ -300,7 +300,11 @@ class Lock:
         c = self.client
         lease_ms = _ms(self.lease)
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        intent = INTENT_MS if mode == "w" and (timeout is None or timeout > 0) else 0
+        # A caller that will wait leaves a mark: a writer's intent (new
+        # readers queue behind it), a reader's claim to a turn after the
+        # current writer. It lasts INTENT_MS and is renewed at each try.
+        intent = INTENT_MS if timeout is None or timeout > 0 else 0
+        withdraw = intent and mode == "w"
         ps = None
         done = False
         try:
@@ -313,13 +317,13 @@ class Lock:
                     return True
                 if status == -1:
                     done = True
-                    if intent:
+                    if withdraw:
                         c._release(self.name, self.owner, "q")
                     raise UpgradeConflict(self.name, _text(value))
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     done = True
-                    if intent:
+                    if withdraw:
                         c._release(self.name, self.owner, "q")
                     return False
                 if ps is None:
@@ -330,7 +334,7 @@ class Lock:
                         continue
                 wait_ms = int(value)                    # never past the hint
                 if intent:
-                    wait_ms = min(wait_ms, intent // 2)  # keep our intent alive
+                    wait_ms = min(wait_ms, intent // 2)  # keep our mark alive
                 wait = wait_ms / 1000.0
                 if deadline is not None:
                     wait = min(wait, deadline - now)

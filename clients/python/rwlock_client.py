@@ -406,14 +406,15 @@ class Lock:
                 try:
                     ok = self._renew_locked()
                     wait = interval
+                except ProtocolVersionError as e:
+                    log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                    self._lost, ok = True, False
                 except redis.exceptions.RedisError as e:
                     # Keep trying, sooner; `lost` turns true by itself once the
                     # lease has run out by our clock.
                     log.warning("rwlock: renewing %r failed: %s", self.name, e)
                     ok = True
                     wait = min(interval, 1.0)
-                    if isinstance(e, ProtocolVersionError):
-                        self._lost, ok = True, False
             if not ok:
                 log.warning("rwlock: lock %r (owner %s) was lost", self.name, self.owner)
                 if self.on_lost is not None:

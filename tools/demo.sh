@@ -17,7 +17,7 @@ for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep
 export PGOPTIONS="-c rwlock.redis_url=redis://127.0.0.1:$PORT/0"
 interactive=""
 [ -t 0 ] && [ -t 1 ] && interactive=yes
-INTERACTIVE=$interactive pg_virtualenv bash -c '
+INTERACTIVE=$interactive pg_virtualenv -t bash -c '
   psql -X -q -v ON_ERROR_STOP=1 -f tools/demo.sql
   echo
   echo "--- Redis keys now (redis-cli -p '"$PORT"' --scan):"

@@ -1,7 +1,7 @@
 # rwlock: PGXS build. make && make install && make installcheck
 MODULE_big = rwlock
 OBJS = src/guc.o src/redis_conn.o src/scripts.o src/lua_scripts.o \
-       src/protocol.o src/waiting.o src/held.o src/functions.o
+       src/protocol.o src/waiting.o src/held.o src/keeper.o src/functions.o
 EXTENSION = rwlock
 DATA = rwlock--1.0.sql
 SHLIB_LINK = -lhiredis
@@ -9,6 +9,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua
 EXTRA_CLEAN = src/lua_scripts.c
 REGRESS = rwlock sessions
+TAP_TESTS = 1
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

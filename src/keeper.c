@@ -183,7 +183,7 @@ rw_keeper_init(void)
 	shmem_startup_hook = shmem_startup;
 
 	memset(&bgw, 0, sizeof(bgw));
-	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	/* Standbys can hold Redis locks too. */
 	bgw.bgw_start_time = BgWorkerStart_ConsistentState;
 	bgw.bgw_restart_time = 1;
@@ -604,6 +604,9 @@ rw_keeper_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
+	/* No database: only to show in pg_stat_activity, with wait events. */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("rwlock keeper");
 
 	if (shared == NULL)
 		elog(FATAL, "rwlock keeper started without its shared memory");

@@ -165,6 +165,9 @@ rw_keeper_init(void)
 {
 	BackgroundWorker bgw;
 
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
 	/* Before rw_define_gucs reserves the prefix. */
 	DefineCustomIntVariable("rwlock.max_holds",
 							"Holds the shared table can publish for the keeper and redis_locks.",
@@ -174,8 +177,6 @@ rw_keeper_init(void)
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);
-	if (!process_shared_preload_libraries_in_progress)
-		return;
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = shmem_request;

@@ -7,6 +7,7 @@ use strict;
 use warnings FATAL => 'all';
 
 use Exporter 'import';
+use FindBin;
 use IO::Socket::INET;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -14,7 +15,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(redis_start redis_stop redis_cli new_node session sq
-  wait_until elapsed_since);
+  wait_until elapsed_since lock_state keeper_pid);
 
 # The suite may run under `PGOPTIONS=... make installcheck`; its clusters
 # get their settings from postgresql.conf only.
@@ -32,6 +33,10 @@ sub port_free
 	close $s;
 	return 1;
 }
+
+# Every Redis a test started is shut down when the test ends, however.
+my %started;
+END { redis_cli($_, 'SHUTDOWN', 'NOSAVE') for keys %started; }
 
 # Start a Redis (again, on the same port if given); returns its port.
 sub redis_start
@@ -54,7 +59,11 @@ sub redis_start
 	  or die "redis-server failed to start";
 	for (1 .. 100)
 	{
-		return $port if redis_cli($port, 'PING') eq 'PONG';
+		if (redis_cli($port, 'PING') eq 'PONG')
+		{
+			$started{$port} = 1;
+			return $port;
+		}
 		sleep 0.05;
 	}
 	die "redis-server on port $port did not answer";
@@ -64,6 +73,7 @@ sub redis_stop
 {
 	my ($port) = @_;
 	redis_cli($port, 'SHUTDOWN', 'NOSAVE');
+	delete $started{$port};
 	for (1 .. 100)
 	{
 		return if port_free($port) && redis_cli($port, 'PING') ne 'PONG';
@@ -110,6 +120,7 @@ sub session
 	my ($node) = @_;
 	my $s = $node->background_psql('postgres', on_error_stop => 0);
 	$s->query_safe('SET client_min_messages = warning');
+	$s->query_safe('\\set VERBOSITY verbose');
 	return $s;
 }
 
@@ -137,6 +148,25 @@ sub wait_until
 		sleep 0.05;
 	}
 	return undef;
+}
+
+# The state of a lock as Redis has it (info.lua, read-only): free, read, write.
+sub lock_state
+{
+	my ($port, $prefix, $name) = @_;
+	my $out = redis_cli($port, '--eval', "$FindBin::RealBin/../lua/info.lua",
+		"$prefix:{$name}", "$prefix:{$name}:r", "$prefix:{$name}:q", ',', '1');
+	my ($state) = split /\n/, $out;
+	return $state // '';
+}
+
+# The keeper's pid, or '' if it is not running.
+sub keeper_pid
+{
+	my ($node) = @_;
+	my ($ret, $out) = $node->psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'rwlock keeper'");
+	return $ret == 0 ? $out : '';
 }
 
 sub elapsed_since { return sprintf('%.3f', time - $_[0]); }

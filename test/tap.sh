@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# tap.sh: the TAP suite, t/*.pl (or the files given), against the installed
-# extension. Each test starts its own redis-server processes (loopback, a
+# tap.sh: the TAP suite, t/*.pl (or the files given). Each test starts its own redis-server processes (loopback, a
 # free port in 6382-6389) and its own PostgreSQL clusters, with rwlock in
 # shared_preload_libraries where it tests the keeper.
 #
+# The suite runs against a private installation of this tree (see below).
 # Not run through PGXS's TAP_TESTS: initdb refuses to run as root, and
 # `make installcheck` is often run as root inside pg_virtualenv. Here, as
 # root, the suite runs as the postgres user in a scratch directory.
@@ -17,6 +17,32 @@ TESTS=("$@")
 [ ${#TESTS[@]} -gt 0 ] || TESTS=(t/*.pl)
 
 TESTDIR=$(mktemp -d /tmp/rwlock-tap.XXXXXX)
+chmod 755 "$TESTDIR"
+
+# A private installation: the server's binaries copied (they find their
+# share and lib directories relative to themselves), everything else linked,
+# and this tree's build installed into it. The shared installation is
+# rewritten by whoever runs `make install` next; the suite must not be.
+INST=$TESTDIR/inst
+SYSLIB=$(pg_config --pkglibdir)
+SYSSHARE=$(pg_config --sharedir)
+mkdir -p "$INST$(dirname "$BINDIR")" "$INST$SYSLIB" "$INST$SYSSHARE/extension"
+cp -a "$BINDIR" "$INST$BINDIR"
+for f in "$SYSLIB"/*; do
+  case "$(basename "$f")" in rwlock*) ;; *) ln -s "$f" "$INST$SYSLIB/" ;; esac
+done
+for f in "$SYSSHARE"/*; do
+  [ "$(basename "$f")" = extension ] || ln -s "$f" "$INST$SYSSHARE/"
+done
+for f in "$SYSSHARE"/extension/*; do
+  case "$(basename "$f")" in rwlock*) ;; *) ln -s "$f" "$INST$SYSSHARE/extension/" ;; esac
+done
+make -s
+make -s install DESTDIR="$INST" >/dev/null
+BINDIR=$INST$BINDIR
+[ "$("$BINDIR/pg_config" --pkglibdir)" = "$INST$SYSLIB" ] ||
+  { echo "tap: the private installation is not relocatable" >&2; exit 1; }
+
 RUN=()
 if [ "$(id -u)" = 0 ]; then
   chown postgres: "$TESTDIR"

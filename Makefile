@@ -9,7 +9,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua
 EXTRA_CLEAN = src/lua_scripts.c
 REGRESS = rwlock sessions
-TAP_TESTS = 1
+# The TAP suite (t/*.pl) runs by test/tap.sh, not PGXS's TAP_TESTS: see there.
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -18,3 +18,8 @@ include $(PGXS)
 # The scripts are compiled in, with their SHA1s; order = RwScriptId.
 src/lua_scripts.c: $(LUA) tools/embed_lua.pl
 	perl tools/embed_lua.pl $(LUA) > $@
+
+# The TAP suite: keeper, crashes, Redis faults; real Redis and clusters.
+tapcheck:
+	bash test/tap.sh
+.PHONY: tapcheck

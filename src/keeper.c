@@ -230,6 +230,9 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 	if (shared == NULL)
 		return -1;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	if (slot >= 0 && !(shared->slots[slot].in_use &&
+					   shared->slots[slot].pid == MyProcPid))
+		slot = -1;				/* not ours any more: cannot happen, but */
 	if (slot < 0)
 	{
 		slot = shared->free_head;
@@ -497,9 +500,7 @@ renew_on_node(KNode *k, KWork *work, int n)
 			s->lost = true;
 	}
 	LWLockRelease(shared->lock);
-	for (int i = 0; i < n; i++)
-		if (held[i] < 0)
-			return false;		/* retry soon */
+	/* An error reply (logged) is retried at the keeper's normal pace. */
 	return true;
 }
 

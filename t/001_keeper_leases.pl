@@ -26,6 +26,11 @@ ok( defined wait_until(
 		10),
 	'the keeper runs');
 
+# A second Redis: holds keep the server that granted them, and the keeper
+# renews each on its own server.
+my $port2 = redis_start();
+note "second Redis on port $port2";
+
 my $idle = session($node);
 my $xact = session($node);
 my $busy = session($node);
@@ -38,6 +43,10 @@ sq($xact, "BEGIN");
 is($out, 't', 'holder idle in transaction takes its lock');
 ($out) = sq($busy, "SELECT redis_rlock('busy') >= 0");
 is($out, 't', 'busy holder takes a read lock');
+sq($busy, "SET rwlock.redis_url = 'redis://127.0.0.1:$port2/0'");
+($out) = sq($busy, "SELECT redis_wlock('elsewhere') > 0");
+is($out, 't', 'busy holder takes a lock on the second Redis');
+sq($busy, "RESET rwlock.redis_url");
 
 # The busy holder now runs one statement for three leases.
 my $t0 = time;
@@ -64,14 +73,16 @@ while (time - $t0 < 6.3)
 	sleep 0.5;
 }
 is($got, 0, "no lock taken by the other session in $tries tries over 6.3 s (3 leases)");
+is(lock_state($port2, 'tap_keeper', 'elsewhere'), 'write',
+	'the lock on the second Redis is still held');
 ($out) = sq($other,
 	"SELECT count(*) FROM redis_locks WHERE lease_state = 'held' AND lease_until > now()");
-is($out, '3', 'all three leases still in the future');
+is($out, '4', 'all four leases still in the future');
 
 # The busy statement ends; every holder still has its lock, nothing lost.
-($out, $err) = sq($busy, "SELECT redis_unlock('busy')");
+($out, $err) = sq($busy, "SELECT redis_unlock('busy'), redis_unlock('elsewhere')");
 note sprintf('busy statement and unlock done after %.2f s', time - $t0);
-like($out, qr/t$/, 'busy holder unlocks: true');
+like($out, qr/t\|t$/, 'busy holder unlocks both: true');
 is($err, '', 'busy holder: no warning');
 ($out, $err) = sq($idle, "SELECT lease_state FROM redis_held_locks");
 is($out, 'held', 'idle holder: redis_held_locks says held');
@@ -140,4 +151,5 @@ $other->quit;
 eval { $victim->quit };
 $node->stop;
 redis_stop($port);
+redis_stop($port2);
 done_testing();

@@ -517,13 +517,14 @@ rw_renew_due(bool all, int *nlost)
 	HASH_SEQ_STATUS seq;
 	RwHeld	   *h;
 	TimestampTz now = GetCurrentTimestamp();
-	bool		keeper = !all && rw_keeper_running();
+	bool		keeper;
 	int			nrenewed = 0;
 
 	if (nlost)
 		*nlost = 0;
 	if (held_table == NULL || (!all && now < next_renewal))
 		return 0;
+	keeper = !all && rw_keeper_running();
 	next_renewal = DT_NOEND;
 	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
 	{

@@ -506,7 +506,7 @@ renew_on_node(KNode *k, KWork *work, int n)
 
 /* One pass: renew what is due. Returns when to look again. */
 static TimestampTz
-keeper_cycle(MemoryContext cxt)
+keeper_cycle(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next = TimestampTzPlusMilliseconds(now, KEEPER_MAX_SLEEP_MS);
@@ -580,7 +580,6 @@ keeper_cycle(MemoryContext cxt)
 														 KEEPER_RETRY_MS));
 	}
 	knodes_tidy(now);
-	(void) cxt;
 	return next;
 }
 
@@ -641,7 +640,7 @@ rw_keeper_main(Datum arg)
 		{
 			MemoryContext old = MemoryContextSwitchTo(cxt);
 
-			next = keeper_cycle(cxt);
+			next = keeper_cycle();
 			MemoryContextSwitchTo(old);
 		}
 		pg_atomic_write_u64(&shared->heartbeat, (uint64) GetCurrentTimestamp());

@@ -8,7 +8,7 @@ SHLIB_LINK = -lhiredis
 PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua
 EXTRA_CLEAN = src/lua_scripts.c
-REGRESS = rwlock sessions
+REGRESS = rwlock sessions keeper
 # The TAP suite (t/*.pl) runs by test/tap.sh, not PGXS's TAP_TESTS: see there.
 
 PG_CONFIG ?= pg_config

@@ -1,14 +1,15 @@
 # rwlock: PGXS build. make && make install && make installcheck
 MODULE_big = rwlock
 OBJS = src/guc.o src/redis_conn.o src/scripts.o src/lua_scripts.o \
-       src/protocol.o src/waiting.o src/held.o src/introspect.o src/functions.o
+       src/protocol.o src/waiting.o src/held.o src/keeper.o src/introspect.o src/functions.o
 EXTENSION = rwlock
 DATA = rwlock--1.0.sql
 SHLIB_LINK = -lhiredis
 PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua
 EXTRA_CLEAN = src/lua_scripts.c
-REGRESS = rwlock state privileges sessions
+REGRESS = rwlock state privileges sessions keeper
+# The TAP suite (t/*.pl) runs by test/tap.sh, not PGXS's TAP_TESTS: see there.
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -17,3 +18,8 @@ include $(PGXS)
 # The scripts are compiled in, with their SHA1s; order = RwScriptId.
 src/lua_scripts.c: $(LUA) tools/embed_lua.pl
 	perl tools/embed_lua.pl $(LUA) > $@
+
+# The TAP suite: keeper, crashes, Redis faults; real Redis and clusters.
+tapcheck:
+	bash test/tap.sh
+.PHONY: tapcheck

@@ -43,3 +43,22 @@ CREATE FUNCTION redis_connection_info(
     OUT owner text)
   RETURNS SETOF record
   AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Leases (SPEC section 3) and the server-wide view of holds: keeper.c.
+
+-- Renew every lease this session holds, now; returns how many were renewed
+-- and warns about each hold found lost. Needed only without the keeper.
+CREATE FUNCTION redis_renew() RETURNS integer
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Every Redis lock held by every session of this server, like pg_locks:
+-- one row per session, lock name and level. Filled only when rwlock is in
+-- shared_preload_libraries (the sessions publish their holds in shared
+-- memory for the keeper); empty otherwise.
+CREATE FUNCTION redis_locks_fn(
+    OUT pid integer, OUT name text, OUT mode text, OUT level text,
+    OUT token bigint, OUT acquired timestamptz, OUT lease_until timestamptz,
+    OUT lease_state text, OUT owner text)
+  RETURNS SETOF record
+  AS 'MODULE_PATHNAME', 'redis_locks' LANGUAGE C VOLATILE PARALLEL SAFE;
+CREATE VIEW redis_locks AS SELECT * FROM redis_locks_fn();

@@ -22,6 +22,7 @@ static bool initialized = false;
 void
 _PG_init(void)
 {
+	rw_keeper_init();			/* first: defines rwlock.max_holds */
 	rw_define_gucs();
 }
 

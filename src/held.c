@@ -9,6 +9,11 @@
  * any write hold, else 'r' if any read hold, else nothing. Only a change of
  * that goes to Redis, so a repeat acquisition costs no round trip.
  *
+ * With the keeper (keeper.c) each hold in Redis is also published in the
+ * shared table: when it is taken (publish), as its modes change, and taken
+ * out before it is released in Redis (unpublish). The keeper renews it and
+ * flags it lost; refresh() picks that up before each use of the hold.
+ *
  *-------------------------------------------------------------------------
  */
 #include "rwlock.h"
@@ -33,6 +38,7 @@ typedef struct RwHeld
 	TimestampTz renewed;
 	int			lease_ms;
 	bool		lost;
+	int			slot;			/* in the keeper's table, or -1 */
 	RwNode	   *node;
 	RwKeys		keys;
 	MemoryContext cxt;			/* keys and stack */
@@ -61,6 +67,48 @@ static int	n_xact = 0;
 static int	cap_xact = 0;
 static RwDeferred *deferred = NULL;
 static TimestampTz next_renewal = DT_NOEND;	/* earliest renewal due */
+
+static char
+level_mode(RwHeld *h, RwLevel level)
+{
+	return h->count[level][1] > 0 ? 'w' : h->count[level][0] > 0 ? 'r' : '\0';
+}
+
+/* ---- the keeper's view of this session's holds (keeper.c) ---- */
+
+/* Publish a hold just taken (again) in Redis; a no-op without the keeper. */
+static void
+publish(RwHeld *h)
+{
+	h->slot = rw_keeper_publish(h->slot, h->name, h->node->ep.url,
+								h->keys.key[0], rw_owner_id(), h->token,
+								h->acquired, h->renewed, h->lease_ms);
+}
+
+static void
+publish_modes(RwHeld *h)
+{
+	if (h->slot >= 0)
+		rw_keeper_set_modes(h->slot, level_mode(h, RW_SESSION),
+							level_mode(h, RW_XACT));
+}
+
+/* Before a hold is released in Redis: the keeper must not renew it after. */
+static void
+unpublish(RwHeld *h)
+{
+	if (h->slot >= 0)
+		rw_keeper_unpublish(h->slot);
+	h->slot = -1;
+}
+
+/* What the keeper learnt: renewals, and whether the hold was lost. */
+static void
+refresh(RwHeld *h)
+{
+	if (h->slot >= 0 && rw_keeper_state(h->slot, &h->renewed))
+		h->lost = true;
+}
 
 static char
 wanted_mode(RwHeld *h)
@@ -138,6 +186,7 @@ forget(RwHeld *h)
 {
 	RwNode	   *node = h->node;
 
+	unpublish(h);
 	MemoryContextDelete(h->cxt);
 	hash_search(held_table, h->name, HASH_REMOVE, NULL);
 	node->nholds--;
@@ -152,9 +201,13 @@ static bool
 sync_release(RwHeld *h)
 {
 	char		want = wanted_mode(h);
-	bool		ok = !h->lost;
+	bool		ok;
 	RwError		err;
 
+	refresh(h);
+	ok = !h->lost;
+	if (want == '\0')
+		unpublish(h);
 	if (!h->lost && want != h->redis_mode)
 	{
 		int			r = rw_proto_release(&h->node->cmd, &h->keys, want,
@@ -181,6 +234,8 @@ sync_release(RwHeld *h)
 		warn_lost(h);
 	if (want == '\0')
 		forget(h);
+	else
+		publish_modes(h);
 	return ok;
 }
 
@@ -241,8 +296,10 @@ rw_lock(const char *name, char mode, RwLevel level, long wait_ms,
 	bool		found;
 
 	ensure_table();
-	rw_renew_due(false);
+	rw_renew_due(false, NULL);
 	h = hash_search(held_table, name, HASH_FIND, NULL);
+	if (h != NULL)
+		refresh(h);
 	if (h != NULL && h->lost)
 	{
 		warn_lost(h);
@@ -280,6 +337,7 @@ rw_lock(const char *name, char mode, RwLevel level, long wait_ms,
 			h->node = node;
 			h->keys = keys;
 			h->cxt = cxt;
+			h->slot = -1;
 			MemoryContextSetParent(cxt, TopMemoryContext);
 			node->nholds++;
 			h->acquired = GetCurrentTimestamp();
@@ -291,8 +349,10 @@ rw_lock(const char *name, char mode, RwLevel level, long wait_ms,
 		next_renewal = Min(next_renewal,
 						   TimestampTzPlusMilliseconds(h->renewed, h->lease_ms / 3));
 		h->lost = false;
+		publish(h);
 	}
 	push_hold(h, mode, level);
+	publish_modes(h);
 	*token = h->token;
 	return true;
 }
@@ -422,6 +482,7 @@ at_exit(int code, Datum arg)
 	{
 		memset(h->count, 0, sizeof(h->count));
 		h->stack_len = 0;
+		unpublish(h);
 		if (!h->lost && h->redis_mode != '\0')
 		{
 			RwError		err;
@@ -445,18 +506,25 @@ rw_held_init(void)
 /*
  * Renew the leases of holds past a third of their lease (all of them with
  * all), one pipelined batch per node. Without the keeper this, run at every
- * rwlock call, is what keeps leases alive. Returns holds found lost.
+ * rwlock call, is what keeps leases alive; with the keeper running it only
+ * renews the holds the keeper's table had no room for, and redis_renew()
+ * (all) renews everything. Returns the holds renewed; *nlost (if not NULL)
+ * gets those found lost. With all, each lost hold gives a WARNING.
  */
 int
-rw_renew_due(bool all)
+rw_renew_due(bool all, int *nlost)
 {
 	HASH_SEQ_STATUS seq;
 	RwHeld	   *h;
 	TimestampTz now = GetCurrentTimestamp();
-	int			nlost = 0;
+	bool		keeper;
+	int			nrenewed = 0;
 
+	if (nlost)
+		*nlost = 0;
 	if (held_table == NULL || (!all && now < next_renewal))
 		return 0;
+	keeper = !all && rw_keeper_running();
 	next_renewal = DT_NOEND;
 	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
 	{
@@ -470,10 +538,23 @@ rw_renew_due(bool all)
 		hash_seq_init(&seq, held_table);
 		while ((h = hash_seq_search(&seq)) != NULL)
 		{
-			if (h->node != node || h->lost || h->redis_mode == '\0')
+			if (h->node != node || h->redis_mode == '\0')
 				continue;
-			if (!all && now < TimestampTzPlusMilliseconds(h->renewed, h->lease_ms / 3))
+			refresh(h);
+			if (h->lost)
 			{
+				if (all)
+				{
+					warn_lost(h);
+					if (nlost)
+						(*nlost)++;
+				}
+				continue;
+			}
+			if (!all && ((keeper && h->slot >= 0) ||
+						 now < TimestampTzPlusMilliseconds(h->renewed, h->lease_ms / 3)))
+			{
+				/* Should the keeper stop, this session takes over from here. */
 				next_renewal = Min(next_renewal,
 								   TimestampTzPlusMilliseconds(h->renewed, h->lease_ms / 3));
 				continue;
@@ -495,13 +576,19 @@ rw_renew_due(bool all)
 				if (held[i] == 1)
 				{
 					due[i]->renewed = now;
+					rw_keeper_renewed(due[i]->slot, now, false);
 					next_renewal = Min(next_renewal,
 									   TimestampTzPlusMilliseconds(now, due[i]->lease_ms / 3));
+					nrenewed++;
 				}
 				else if (held[i] == 0)
 				{
 					due[i]->lost = true;
-					nlost++;
+					rw_keeper_renewed(due[i]->slot, now, true);
+					if (all)
+						warn_lost(due[i]);
+					if (nlost)
+						(*nlost)++;
 				}
 			}
 			pfree(held);
@@ -510,7 +597,7 @@ rw_renew_due(bool all)
 		pfree(keys);
 		pfree(lease);
 	}
-	return nlost;
+	return nrenewed;
 }
 
 /* Rows of redis_held_locks: one per (name, level, mode) with holds. */
@@ -526,6 +613,7 @@ rw_held_rows(RwHeldRow **rows)
 	hash_seq_init(&seq, held_table);
 	while ((h = hash_seq_search(&seq)) != NULL)
 	{
+		refresh(h);
 		for (int level = 0; level < 2; level++)
 			for (int m = 1; m >= 0; m--)
 			{

@@ -216,6 +216,20 @@ bool
 rw_proto_renew_batch(RwConn *conn, RwKeys **keys, const int *lease_ms, int n,
 					 int *held, int flags, RwError *err)
 {
+	return rw_proto_renew_owners(conn, keys, NULL, lease_ms, n, held, flags, err);
+}
+
+/*
+ * The same on behalf of other sessions: owners[i] is the owner id hold i was
+ * taken with (NULL owners: this session's). The keeper renews this way.
+ * renew.lua only extends what the owner still holds, so a renewal that
+ * crosses a release never brings the lock back.
+ */
+bool
+rw_proto_renew_owners(RwConn *conn, RwKeys **keys, const char *const *owners,
+					  const int *lease_ms, int n, int *held, int flags,
+					  RwError *err)
+{
 	RwScriptCall *calls = palloc(sizeof(RwScriptCall) * n);
 	redisReply **replies = palloc(sizeof(redisReply *) * n);
 	char	   *leases = palloc(16 * n);
@@ -225,7 +239,8 @@ rw_proto_renew_batch(RwConn *conn, RwKeys **keys, const int *lease_ms, int n,
 	snprintf(keeptoken, sizeof(keeptoken), "%d", RW_KEEP_TOKEN_MS);
 	for (int i = 0; i < n; i++)
 	{
-		const char *args[4] = {RW_PROTOCOL_VERSION, rw_owner_id(),
+		const char *args[4] = {RW_PROTOCOL_VERSION,
+			owners ? owners[i] : rw_owner_id(),
 		leases + 16 * i, keeptoken};
 
 		snprintf(leases + 16 * i, 16, "%d", lease_ms[i]);

@@ -544,6 +544,22 @@ conn_connect(RwConn *conn, int flags, RwError *err)
 }
 
 /*
+ * Whether an idle command connection was closed by the other end (Redis
+ * restarted, or dropped us): then it is reconnected before use, instead of
+ * failing the command sent on it. A command connection has nothing to read
+ * between exchanges, so anything readable means EOF, an error, or bytes
+ * that are not a reply to anything: either way it is not to be used.
+ */
+static bool
+conn_went_away(RwConn *conn)
+{
+	char		c;
+	ssize_t		r = recv(conn->ctx->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/*
  * Make sure the connection is open, connecting if it is not. Bounded by
  * rwlock.connect_timeout. With RW_INTERRUPTIBLE a cancel ends the attempt,
  * and the half-made connection is closed.
@@ -553,6 +569,8 @@ rw_conn_ensure(RwConn *conn, int flags, RwError *err)
 {
 	volatile bool ok = false;
 
+	if (conn->ctx != NULL && !conn->is_subscriber && conn_went_away(conn))
+		rw_conn_close(conn);
 	if (conn->ctx != NULL)
 		return true;
 	PG_TRY();

@@ -14,7 +14,9 @@
  *	  held.c       the table of this session's holds, stacking, transaction
  *	               callbacks, renewal, release at exit
  *	  keeper.c     the background worker that renews leases, and the shared
- *	               memory where sessions publish their holds
+ *	               memory where sessions publish their holds (only with
+ *	               rwlock in shared_preload_libraries); redis_locks and
+ *	               redis_renew()
  *	  functions.c  the SQL-callable functions
  *
  *-------------------------------------------------------------------------
@@ -212,6 +214,10 @@ extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, char keep,
 extern bool rw_proto_renew_batch(RwConn *conn, RwKeys **keys,
 								 const int *lease_ms, int n, int *held,
 								 int flags, RwError *err);
+extern bool rw_proto_renew_owners(RwConn *conn, RwKeys **keys,
+								  const char *const *owners,
+								  const int *lease_ms, int n, int *held,
+								  int flags, RwError *err);
 extern void rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info);
 
 /* ---- waiting.c ---- */
@@ -233,7 +239,7 @@ extern bool rw_lock(const char *name, char mode, RwLevel level,
 					long wait_ms, bool is_try, int64 *token);
 extern bool rw_unlock(const char *name);
 extern int	rw_unlock_all(void);
-extern int	rw_renew_due(bool all);
+extern int	rw_renew_due(bool all, int *nlost);
 extern void rw_check_name(text *name, char *buf);
 
 /* A row of redis_held_locks */
@@ -249,5 +255,17 @@ typedef struct RwHeldRow
 	TimestampTz lease_until;
 } RwHeldRow;
 extern int	rw_held_rows(RwHeldRow **rows);
+
+/* ---- keeper.c ---- */
+extern void rw_keeper_init(void);
+extern bool rw_keeper_running(void);
+extern int	rw_keeper_publish(int slot, const char *name, const char *url,
+							  const char *key, const char *owner, int64 token,
+							  TimestampTz acquired, TimestampTz renewed,
+							  int lease_ms);
+extern void rw_keeper_unpublish(int slot);
+extern void rw_keeper_set_modes(int slot, char session_mode, char xact_mode);
+extern bool rw_keeper_state(int slot, TimestampTz *renewed);
+extern void rw_keeper_renewed(int slot, TimestampTz renewed, bool lost);
 
 #endif							/* RWLOCK_H */

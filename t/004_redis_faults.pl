@@ -76,6 +76,11 @@ is($err, '', 'without an error');
 
 # --- Redis stalled for longer than command_timeout.
 my $fresh = session($node);
+# A hold the keeper must renew during the stall (due at a third of its 4 s
+# lease, so its renewal fails while Redis is paused and succeeds after).
+my $kept = session($node);
+sq($kept, "SET rwlock.lease = '4s'");
+sq($kept, "SELECT redis_wlock('k0')");
 sq($holder, "SELECT redis_wlock('p0'), redis_unlock('p0')");    # connected
 redis_cli($port, 'CLIENT', 'PAUSE', '3000', 'ALL');
 $t0 = time;
@@ -104,7 +109,9 @@ like(slurp_file($node->logfile), qr/rwlock keeper could not renew leases at redi
 like(slurp_file($node->logfile), qr/rwlock keeper renews leases at redis:.* again/,
 	'and the recovery');
 
-$_->quit for ($holder, $other, $fresh);
+($out, $err) = sq($kept, "SELECT redis_unlock('k0')");
+is($out, 't', 'the hold renewed across the stall is still held');
+$_->quit for ($holder, $other, $fresh, $kept);
 $node->stop;
 redis_stop($port);
 done_testing();

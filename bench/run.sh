@@ -14,7 +14,8 @@
 #                  is not installed at all. The bench itself always loads a
 #                  private copy of this tree's build, never the shared install.
 #   BENCH_PRELOAD  1: put the library in shared_preload_libraries
-#   BENCH_PROFILE  1: also profile case b (1 client) with perf (bench/profile.sh)
+#   BENCH_PROFILE  1: also profile case b (1 client) with perf (bench/profile.sh,
+#                  writes bench/profile.txt); only: the profile, no measurements
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -96,6 +97,12 @@ EOF
 "${RUNAS[@]}" pg_ctl -D "$PGDATA" -l "$WORK/pg.log" -w start >/dev/null
 export PGHOST=$WORK PGPORT PGUSER=$PGUSER_NAME PGDATABASE=postgres
 psql -qX -v ON_ERROR_STOP=1 -f "$WORK/lib/rwlock.sql" -f "$BENCH/setup.sql" >/dev/null
+
+export WORK RPORT
+if [ "${BENCH_PROFILE:-0}" = only ]; then
+  bash "$BENCH/profile.sh"
+  exit 0
+fi
 
 RAW=$WORK/raw.tsv
 : >"$RAW"

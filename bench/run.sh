@@ -72,7 +72,8 @@ cleanup() {
 trap cleanup EXIT
 
 log "== starting Redis on 127.0.0.1:$RPORT"
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
+redis-server --port "$RPORT" --bind 127.0.0.1 --unixsocket "$WORK/redis.sock" --unixsocketperm 777 \
+  --save '' --appendonly no --dir "$WORK" \
   --daemonize yes --pidfile "$WORK/redis.pid" --logfile "$WORK/redis.log" >/dev/null
 for _ in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
@@ -112,7 +113,7 @@ put() { printf '%s\t%s\n' "$1" "$2" >>"$RAW"; }
 bench_pg() {
   local key=$1 clients=$2 script=$3 jobs=1 out
   [ "$clients" -gt 1 ] && jobs=2
-  out=$(pgbench -n -M prepared -T "$T" -c "$clients" -j "$jobs" -f "$BENCH/sql/$script" 2>&1) ||
+  out=$(PGOPTIONS=${PGOPTS_EXTRA:-} pgbench -n -M prepared -T "$T" -c "$clients" -j "$jobs" -f "$BENCH/sql/$script" 2>&1) ||
     { log "$out"; return 1; }
   local tps lat
   tps=$(awk '/^tps = /{print $3}' <<<"$out" | tail -1)
@@ -156,6 +157,7 @@ for rep in $(seq "$REPS"); do
   bench_pg b_adv 1 b_advisory.sql
   bench_pg b_1 1 b_session.sql
   bench_pg b_16 16 b_session.sql
+  PGOPTS_EXTRA="-c rwlock.redis_url=unix://$WORK/redis.sock" bench_pg b_1unix 1 b_session.sql
   log "-- c. redis_wlock_xact vs pg_advisory_xact_lock, autocommit"
   bench_pg c_adv 1 c_advisory.sql
   bench_pg c_rw 1 c_xact.sql

@@ -144,20 +144,21 @@ log "== warm-up"
 pgbench -n -M prepared -T 1 -c 2 -j 2 -f "$BENCH/sql/b_session.sql" >/dev/null 2>&1
 for rep in $(seq "$REPS"); do
   log "== repetition $rep of $REPS"
-  log "-- a. floor: PostgreSQL and Redis round trips"
+  # b's 1-client run sits right after its floor: the report also takes the
+  # median of per-repetition ratios, which cancels slow drifts of the machine.
+  log "-- a. floor: PostgreSQL and Redis round trips; b. redis_wlock + redis_unlock"
   bench_pg a_pg 1 select1.sql
+  rtt a_pair "$T" pair lua/acquire.lua lua/release.lua
+  bench_pg b_1 1 b_session.sql
+  bench_pg b_16 16 b_session.sql
+  bench_pg b_adv 1 b_advisory.sql
+  PGOPTS_EXTRA="-c rwlock.redis_url=unix://$WORK/redis.sock" bench_pg b_1unix 1 b_session.sql
   rtt a_ping 1 ping
   rtt a_eval1 1 eval1
-  rtt a_pair "$T" pair lua/acquire.lua lua/release.lua
   bench_redis a_rb_ping 10000 PING
   bench_redis a_rb_acquire 10000 EVALSHA "$ACQ_SHA" 3 "${KEYS3[@]}" 1 bench-owner w 30000 2000 600000
   bench_redis a_rb_release 10000 EVALSHA "$REL_SHA" 3 "${KEYS3[@]}" 1 bench-owner '' 30000 600000
   redis-cli -p "$RPORT" del "${KEYS3[@]}" >/dev/null
-  log "-- b. redis_wlock + redis_unlock, distinct names"
-  bench_pg b_adv 1 b_advisory.sql
-  bench_pg b_1 1 b_session.sql
-  bench_pg b_16 16 b_session.sql
-  PGOPTS_EXTRA="-c rwlock.redis_url=unix://$WORK/redis.sock" bench_pg b_1unix 1 b_session.sql
   log "-- c. redis_wlock_xact vs pg_advisory_xact_lock, autocommit"
   bench_pg c_adv 1 c_advisory.sql
   bench_pg c_rw 1 c_xact.sql

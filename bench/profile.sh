@@ -18,7 +18,7 @@ oncpu() { awk '{print $1}' "/proc/$1/schedstat"; }
 
 # Start pgbench on a script, 1 client, for $2 seconds; $pid is its backend.
 start_pgbench() {
-  pgbench -n -M prepared -T "$2" -c 1 -f "$BENCH/sql/$1" >"$WORK/prof_pgbench.out" 2>&1 &
+  PGOPTIONS=${PROF_PGOPTIONS:-} pgbench -n -M prepared -T "$2" -c 1 -f "$BENCH/sql/$1" >"$WORK/prof_pgbench.out" 2>&1 &
   PGB=$!
   sleep 0.5   # pgbench's first connection is a short-lived probe: skip it
   for _ in $(seq 100); do
@@ -39,8 +39,10 @@ pgbench_tps() { awk '/^tps = /{print $3}' "$WORK/prof_pgbench.out"; }
   echo "## 1. Backend CPU per script run (on-CPU ns from /proc/<pid>/schedstat,"
   echo "##    runs counted by pgbench; 1 client)"
   echo
-  for s in b_session.sql b_advisory.sql select1.sql c_xact.sql c_advisory.sql; do
-    start_pgbench "$s" "$SECS"
+  for s in b_session.sql b_session.sql@unix b_advisory.sql select1.sql c_xact.sql c_advisory.sql; do
+    PROF_PGOPTIONS=
+    [ "${s#*@}" = unix ] && PROF_PGOPTIONS="-c rwlock.redis_url=unix://$WORK/redis.sock"
+    PROF_PGOPTIONS=$PROF_PGOPTIONS start_pgbench "${s%@*}" "$SECS"
     sleep 0.5
     c0=$(oncpu "$pid"); t0=$(date +%s.%N)
     sleep $((SECS - 2))
@@ -48,7 +50,7 @@ pgbench_tps() { awk '/^tps = /{print $3}' "$WORK/prof_pgbench.out"; }
     finish_pgbench
     tps=$(pgbench_tps)
     awk -v s="$s" -v c0="$c0" -v c1="$c1" -v tps="$tps" -v t0="$t0" -v t1="$t1" \
-      'BEGIN{n=tps*(t1-t0); printf "%-16s %7.0f runs/s  %7.1f µs wall per run  backend on CPU %6.1f µs per run (%3.0f%%)\n", s, tps, 1e6/tps, (c1-c0)/1000/n, (c1-c0)/1e9/(t1-t0)*100}'
+      'BEGIN{n=tps*(t1-t0); printf "%-20s %7.0f runs/s  %7.1f µs wall per run  backend on CPU %6.1f µs per run (%3.0f%%)\n", s, tps, 1e6/tps, (c1-c0)/1000/n, (c1-c0)/1e9/(t1-t0)*100}'
   done
   echo
   echo "## 2. Redis's side of case b: commands per pair and server time per command"

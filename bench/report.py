@@ -142,7 +142,7 @@ hdr = ["", "measurement", "value", "unit", "baseline (same run)", "baseline valu
 lines = ["| " + " | ".join(hdr) + " |", "|" + "|".join(["---"] * len(hdr)) + "|"]
 for (i, what, val, unit, bwhat, bval, ratio, target, verdict) in rows:
     lines.append("| " + " | ".join([i, what, fmt(val), unit, bwhat, fmt(bval),
-                                     "" if ratio is None else "%.2f" % ratio,
+                                     "" if ratio is None else ("%.2f" % ratio if ratio >= 0.1 else "%.4f" % ratio),
                                      target, verdict]) + " |")
 
 try:

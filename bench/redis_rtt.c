@@ -1,0 +1,176 @@
+/*
+ * redis_rtt.c: the Redis floor of bench/run.sh, measured the way the
+ * extension talks to Redis (hiredis, one connection, one command at a time)
+ * but with nothing else around it: a blocking hiredis client in a tight loop.
+ *
+ *   redis_rtt PORT SECONDS ping            µs per PING
+ *   redis_rtt PORT SECONDS eval1           µs per EVALSHA of "return 1"
+ *   redis_rtt PORT SECONDS pair ACQ REL    µs per acquire.lua + release.lua
+ *                                          pair (a real take and release)
+ *
+ * Prints one number, µs per operation.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <hiredis/hiredis.h>
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static char *
+slurp(const char *path)
+{
+	FILE	   *f = fopen(path, "rb");
+	long		n;
+	char	   *s;
+
+	if (!f || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0)
+	{
+		perror(path);
+		exit(1);
+	}
+	rewind(f);
+	s = malloc(n + 1);
+	if (fread(s, 1, n, f) != (size_t) n)
+	{
+		perror(path);
+		exit(1);
+	}
+	s[n] = '\0';
+	fclose(f);
+	return s;
+}
+
+static redisReply *
+cmd(redisContext *c, int argc, const char **argv)
+{
+	redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+
+	if (r == NULL)
+	{
+		fprintf(stderr, "redis: %s\n", c->errstr);
+		exit(1);
+	}
+	if (r->type == REDIS_REPLY_ERROR)
+	{
+		fprintf(stderr, "redis error: %s\n", r->str);
+		exit(1);
+	}
+	return r;
+}
+
+static char *
+load(redisContext *c, const char *body)
+{
+	const char *argv[3] = {"SCRIPT", "LOAD", body};
+	redisReply *r = cmd(c, 3, argv);
+	char	   *sha = strdup(r->str);
+
+	freeReplyObject(r);
+	return sha;
+}
+
+int
+main(int argc, char **argv)
+{
+	redisContext *c;
+	double		secs,
+				t0,
+				t;
+	long		n = 0;
+	const char *mode;
+	const char *a1[12],
+			   *a2[12];
+	int			n1 = 0,
+				n2 = 0;
+
+	if (argc < 4)
+	{
+		fprintf(stderr, "usage: redis_rtt PORT SECONDS ping|eval1|pair [ACQ.lua REL.lua]\n");
+		return 2;
+	}
+	secs = atof(argv[2]);
+	mode = argv[3];
+	c = redisConnect("127.0.0.1", atoi(argv[1]));
+	if (c == NULL || c->err)
+	{
+		fprintf(stderr, "cannot connect to Redis\n");
+		return 1;
+	}
+	if (strcmp(mode, "ping") == 0)
+		a1[n1++] = "PING";
+	else if (strcmp(mode, "eval1") == 0)
+	{
+		a1[n1++] = "EVALSHA";
+		a1[n1++] = load(c, "return 1");
+		a1[n1++] = "0";
+	}
+	else if (strcmp(mode, "pair") == 0 && argc >= 6)
+	{
+		const char *keys[3] = {"bench:{rtt}", "bench:{rtt}:r", "bench:{rtt}:q"};
+
+		a1[n1++] = "EVALSHA";
+		a1[n1++] = load(c, slurp(argv[4]));
+		a1[n1++] = "3";
+		a2[n2++] = "EVALSHA";
+		a2[n2++] = load(c, slurp(argv[5]));
+		a2[n2++] = "3";
+		for (int i = 0; i < 3; i++)
+			a1[n1++] = a2[n2++] = keys[i];
+		/* the arguments protocol.c sends */
+		a1[n1++] = "1";
+		a1[n1++] = "bench-rtt-owner";
+		a1[n1++] = "w";
+		a1[n1++] = "30000";
+		a1[n1++] = "2000";
+		a1[n1++] = "600000";
+		a2[n2++] = "1";
+		a2[n2++] = "bench-rtt-owner";
+		a2[n2++] = "";
+		a2[n2++] = "30000";
+		a2[n2++] = "600000";
+	}
+	else
+	{
+		fprintf(stderr, "unknown mode %s\n", mode);
+		return 2;
+	}
+
+	/* warm up */
+	for (int i = 0; i < 200; i++)
+	{
+		freeReplyObject(cmd(c, n1, a1));
+		if (n2)
+			freeReplyObject(cmd(c, n2, a2));
+	}
+	t0 = now();
+	do
+	{
+		for (int i = 0; i < 100; i++)
+		{
+			redisReply *r = cmd(c, n1, a1);
+
+			if (n2 && (r->type != REDIS_REPLY_ARRAY || r->element[0]->integer != 1))
+			{
+				fprintf(stderr, "acquire was not granted\n");
+				return 1;
+			}
+			freeReplyObject(r);
+			if (n2)
+				freeReplyObject(cmd(c, n2, a2));
+		}
+		n += 100;
+		t = now();
+	} while (t - t0 < secs);
+	printf("%.2f\n", (t - t0) * 1e6 / n);
+	redisFree(c);
+	return 0;
+}

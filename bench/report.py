@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""Turn bench/run.sh's raw figures (key<TAB>value) into the results table
+(stdout and a Markdown file) and the data file of the chart."""
+import datetime
+import os
+import platform
+import subprocess
+import sys
+
+raw_path, md_path, dat_path = sys.argv[1:4]
+import statistics
+
+allv = {}
+with open(raw_path) as f:
+    for line in f:
+        if "\t" in line:
+            k, x = line.rstrip("\n").split("\t", 1)
+            try:
+                allv.setdefault(k, []).append(float(x))
+            except ValueError:
+                pass
+v = {k: statistics.median(xs) for k, xs in allv.items()}  # repetitions: median
+
+
+def rep_ratio(fn):
+    """Median over repetitions of a ratio computed within each repetition."""
+    n = min(len(xs) for xs in allv.values() if len(xs) > 1) if allv else 0
+    vals = []
+    for i in range(n):
+        try:
+            vals.append(fn(lambda k: allv[k][i]))
+        except (KeyError, IndexError, ZeroDivisionError):
+            pass
+    return statistics.median(vals) if vals else float("nan")
+
+
+def g(k):
+    return v.get(k, float("nan"))
+
+
+def us_lat(key):  # pgbench average latency, ms -> µs
+    return g(key + "_lat_ms") * 1000.0
+
+
+def us_per_op(key):  # aggregate: µs of wall time per transaction, all clients
+    return 1e6 / g(key + "_tps")
+
+
+rows = []  # (id, what, value, unit, baseline what, baseline value, ratio, target, verdict)
+
+
+def row(i, what, val, unit, bwhat="", bval=None, ratio=None, target="", ok=None):
+    rows.append((i, what, val, unit, bwhat, bval, ratio, target,
+                 "" if ok is None else ("PASS" if ok else "MISS")))
+
+
+# a. floor
+pg = us_lat("a_pg")
+row("a", "PostgreSQL `SELECT 1` round trip (pgbench), 1 client", pg, "µs")
+row("a", "Redis `PING` (hiredis loop), 1 client", g("a_ping_us"), "µs",
+    "`PING`, redis-benchmark -c 1", g("a_rb_ping_us"), g("a_ping_us") / g("a_rb_ping_us"), "info")
+row("a", "Redis `EVALSHA` of `return 1` (hiredis loop)", g("a_eval1_us"), "µs")
+row("a", "Redis acquire.lua + release.lua by `EVALSHA`, a real take + release (hiredis loop)",
+    g("a_pair_us"), "µs", "redis-benchmark -c 1: acquire.lua (re-take) + release.lua (idle)",
+    g("a_rb_acquire_us") + g("a_rb_release_us"),
+    g("a_pair_us") / (g("a_rb_acquire_us") + g("a_rb_release_us")), "info")
+floor = 2 * pg + g("a_pair_us")
+floor_eval1 = 2 * pg + 2 * g("a_eval1_us")
+
+# b. session lock + unlock
+b1 = us_lat("b_1")
+rr = rep_ratio(lambda s: s("b_1_lat_ms") * 1000 /
+               (2 * s("a_pg_lat_ms") * 1000 + s("a_pair_us")))
+row("b", "`redis_wlock` + `redis_unlock`, 1 client, µs a pair", b1, "µs",
+    "floor: 2 × `SELECT 1` + acquire/release pair", floor, rr, "≤ 1.15", rr <= 1.15)
+row("b", "same, ratio of the medians (not per repetition)", b1, "µs",
+    "floor", floor, b1 / floor, "info")
+row("b", "same, against a floor of empty scripts", b1, "µs",
+    "2 × `SELECT 1` + 2 × `EVALSHA return 1`", floor_eval1, b1 / floor_eval1, "info")
+row("b", "same, against `pg_advisory_lock` + `unlock`, 1 client", b1, "µs",
+    "advisory pair, 1 client", us_lat("b_adv"), b1 / us_lat("b_adv"), "info")
+best = min(allv.get("b_1_lat_ms", [float("nan")])) * 1000
+best_floor = (2 * min(allv.get("a_pg_lat_ms", [float("nan")])) * 1000
+              + min(allv.get("a_pair_us", [float("nan")])))
+row("b", "same, best sample of each (the quietest moments of the run)", best, "µs",
+    "floor from the best samples", best_floor, best / best_floor, "info")
+row("b", "same, Redis over a unix socket (`unix://`), 1 client", us_lat("b_1unix"), "µs",
+    "b over TCP (127.0.0.1), 1 client", b1, us_lat("b_1unix") / b1, "info")
+r = rep_ratio(lambda s: s("b_16_tps") / s("b_1_tps"))
+row("b", "`redis_wlock` + `redis_unlock`, 16 clients, distinct names", g("b_16_tps"), "pairs/s",
+    "the same, 1 client", g("b_1_tps"), r, "≥ 2.5", r >= 2.5)
+
+# c. xact lock in autocommit
+r = rep_ratio(lambda s: s("c_rw_tps") / s("c_adv_tps"))
+row("c", "`redis_wlock_xact` in autocommit, 1 client", g("c_rw_tps"), "xacts/s",
+    "`pg_advisory_xact_lock`, 1 client", g("c_adv_tps"), r, "≥ 0.45", r >= 0.45)
+
+# d. stacked re-lock loop
+r = g("d_rw_us") / g("d_adv_us")
+row("d", "stacked `redis_wlock` + `redis_unlock` of a held lock, PL/pgSQL loop", g("d_rw_us"),
+    "µs/iter", "`pg_advisory_lock` + `unlock` of a held lock", g("d_adv_us"), r, "≤ 2", r <= 2)
+
+# e. 16 readers on one name
+r = g("e_rw_tps") / g("e_adv_tps")
+row("e", "`redis_rlock` + `redis_unlock`, 16 clients, one name", g("e_rw_tps"), "pairs/s",
+    "`pg_advisory_lock_shared` + `unlock_shared`, 16 clients", g("e_adv_tps"), r, "info")
+row("e", "same, against writers on distinct names (b, 16 clients)", g("e_rw_tps"), "pairs/s",
+    "b, 16 clients", g("b_16_tps"), g("e_rw_tps") / g("b_16_tps"), "info")
+
+# f. redis-py Lock
+row("f", "redis-py `Lock` acquire + release, 1 client (app straight to Redis)",
+    g("f_redispy_us"), "µs", "rwlock from SQL (b, 1 client)", b1, g("f_redispy_us") / b1, "info")
+
+# g. hand-off
+p50, p99 = g("g1_p50_ms"), g("g1_p99_ms")
+row("g", "hand-off, 1 waiter, p50 (n=%d)" % g("g1_n"), p50, "ms",
+    "redis-py `Lock` polling (sleep 0.1 s), p50", g("gpoll_p50_ms"), p50 / g("gpoll_p50_ms"),
+    "≤ 1 ms", p50 <= 1.0)
+row("g", "hand-off, 1 waiter, p99", p99, "ms",
+    "redis-py `Lock` polling, p99 (n=%d)" % g("gpoll_n"), g("gpoll_p99_ms"),
+    p99 / g("gpoll_p99_ms"), "≤ 5 ms", p99 <= 5.0)
+row("g", "hand-off, 16 waiters, p50 (n=%d)" % g("g16_n"), g("g16_p50_ms"), "ms",
+    "redis-py `Lock` polling, p50", g("gpoll_p50_ms"), g("g16_p50_ms") / g("gpoll_p50_ms"), "info")
+row("g", "hand-off, 16 waiters, p99", g("g16_p99_ms"), "ms",
+    "redis-py `Lock` polling, p99", g("gpoll_p99_ms"), g("g16_p99_ms") / g("gpoll_p99_ms"), "info")
+
+
+def fmt(x):
+    if x is None:
+        return ""
+    if x != x:
+        return "n/a"
+    if abs(x) >= 1000:
+        return "%.0f" % x
+    if abs(x) >= 10:
+        return "%.1f" % x
+    return "%.3f" % x if abs(x) < 1 else "%.2f" % x
+
+
+hdr = ["", "measurement", "value", "unit", "baseline (same run)", "baseline value",
+       "ratio", "target", "result"]
+lines = ["| " + " | ".join(hdr) + " |", "|" + "|".join(["---"] * len(hdr)) + "|"]
+for (i, what, val, unit, bwhat, bval, ratio, target, verdict) in rows:
+    lines.append("| " + " | ".join([i, what, fmt(val), unit, bwhat, fmt(bval),
+                                     "" if ratio is None else ("%.2f" % ratio if ratio >= 0.1 else "%.4f" % ratio),
+                                     target, verdict]) + " |")
+
+try:
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+except OSError:
+    rev = "?"
+head = [
+    "# rwlock benchmark results",
+    "",
+    "Run %s UTC at commit `%s` on %s, %d CPUs (%s); `bash bench/run.sh`, "
+    "pgbench `-n -M prepared -T %s`, %s interleaved repetitions, medians shown. Ratios are value / baseline; every baseline "
+    "was measured in the same run; for the targets of b and c the ratio is the median "
+    "of the ratios within each repetition, which cancels slow drifts of a shared machine. Latencies of pgbench are its average; "
+    "\"pairs/s\" and \"xacts/s\" are pgbench's tps." % (
+        datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), rev, platform.node(),
+        os.cpu_count(), platform.platform(), os.environ.get("BENCH_SECONDS", "2"),
+        os.environ.get("BENCH_REPS", "3")),
+    "",
+]
+npass = sum(1 for r in rows if r[8] == "PASS")
+nmiss = sum(1 for r in rows if r[8] == "MISS")
+tail = ["", "Targets: %d PASS, %d MISS." % (npass, nmiss), ""]
+text = "\n".join(head + lines + tail)
+with open(md_path, "w") as f:
+    f.write(text)
+print(text)
+
+# Chart: µs per operation, measured next to its baseline (log scale).
+chart = [
+    ("b 1 client\\npair vs floor", b1, floor),
+    ("b 16 clients\\nper pair vs 1 client", us_per_op("b_16"), us_per_op("b_1")),
+    ("c xact lock\\nvs advisory", us_per_op("c_rw"), us_per_op("c_adv")),
+    ("d stacked\\nvs advisory", g("d_rw_us"), g("d_adv_us")),
+    ("e 16 readers\\nvs adv. shared", us_per_op("e_rw"), us_per_op("e_adv")),
+    ("f rwlock (b)\\nvs redis-py", b1, g("f_redispy_us")),
+    ("g hand-off p50\\nvs polling", p50 * 1000, g("gpoll_p50_ms") * 1000),
+    ("g hand-off p99\\nvs polling", p99 * 1000, g("gpoll_p99_ms") * 1000),
+    ("g 16 waiters p50\\nvs polling", g("g16_p50_ms") * 1000, g("gpoll_p50_ms") * 1000),
+]
+with open(dat_path, "w") as f:
+    f.write("# label rwlock baseline\n")
+    for label, a, b in chart:
+        f.write('"%s" %.3f %.3f\n' % (label, max(a, 0.001), max(b, 0.001)))

@@ -1,0 +1,2 @@
+SELECT redis_rlock('bench_e');
+SELECT redis_unlock('bench_e');

@@ -23,3 +23,6 @@ src/lua_scripts.c: $(LUA) tools/embed_lua.pl
 tapcheck:
 	bash test/tap.sh
 .PHONY: tapcheck
+
+# Every object depends on the one header.
+$(OBJS): src/rwlock.h

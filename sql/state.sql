@@ -111,7 +111,25 @@ SELECT name, lease_state FROM redis_held_locks ORDER BY name;
 SELECT redis_unlock('gone');                 -- WARNING, false
 SELECT redis_unlock('probe');
 SELECT count(*) FROM redis_held_locks;
+-- a transaction-level hold lost before its commit: COMMIT does not wait
+-- for Redis's answer to the release, so the next lock operation reports it
+BEGIN;
+SELECT redis_wlock_xact('gone2') > 0 AS ok;
+SELECT pg_sleep(0.8);
+COMMIT;
+SELECT redis_try_rlock('probe');             -- WARNING for gone2
+SELECT redis_unlock('probe');
+SELECT count(*) FROM redis_held_locks;
 RESET rwlock.lease;
+
+-- a commit's release is in Redis before anything that follows it
+BEGIN;
+SELECT redis_wlock_xact('c1') > 0 AS ok;
+COMMIT;
+SELECT * FROM st('c1');
+SELECT redis_wlock_xact('c1') > 0 AS again;  -- autocommit, twice
+SELECT redis_wlock_xact('c1') > 0 AS again;
+SELECT * FROM st('c1');
 
 -- redis_lock_info validates its argument like the lock functions
 SELECT * FROM redis_lock_info(NULL);

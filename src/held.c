@@ -61,7 +61,25 @@ typedef struct RwDeferred
 	struct RwDeferred *next;
 } RwDeferred;
 
+/*
+ * A release sent at transaction end whose answer is read later (see
+ * sync_release). It keeps the hold's memory context, with its keys, until
+ * the answer is read, or the connection it went on is found lost and it
+ * becomes a deferred release.
+ */
+typedef struct RwSent
+{
+	RwNode	   *node;
+	uint32		epoch;			/* of node->cmd when it was sent */
+	char	   *name;
+	RwKeys		keys;
+	MemoryContext cxt;
+	struct RwSent *next;
+} RwSent;
+
 static HTAB *held_table = NULL;
+static RwSent *sent_head = NULL;	/* oldest first */
+static RwSent *sent_tail = NULL;
 static RwXactHold *xact_holds = NULL;
 static int	n_xact = 0;
 static int	cap_xact = 0;
@@ -187,18 +205,137 @@ forget(RwHeld *h)
 	RwNode	   *node = h->node;
 
 	unpublish(h);
-	MemoryContextDelete(h->cxt);
+	if (h->cxt != NULL)
+		MemoryContextDelete(h->cxt);
 	hash_search(held_table, h->name, HASH_REMOVE, NULL);
 	node->nholds--;
 	rw_node_forget_if_unused(node);
 }
 
 /*
- * Bring Redis in line with the holds left after a release. Never throws;
- * returns false if the hold was lost or could not be released (warned).
+ * Send the release of a hold without waiting for Redis's answer; the hold's
+ * memory goes with the record. False if it could not be sent.
  */
 static bool
-sync_release(RwHeld *h)
+send_release(RwHeld *h)
+{
+	RwError		err;
+	RwSent	   *s;
+
+	if (!rw_proto_release_send(&h->node->cmd, &h->keys, &err))
+		return false;
+	s = MemoryContextAlloc(h->cxt, sizeof(RwSent));
+	s->node = h->node;
+	s->epoch = h->node->cmd.epoch;
+	s->name = MemoryContextStrdup(h->cxt, h->name);
+	s->keys = h->keys;
+	s->cxt = h->cxt;
+	s->next = NULL;
+	if (sent_tail)
+		sent_tail->next = s;
+	else
+		sent_head = s;
+	sent_tail = s;
+	h->cxt = NULL;
+	h->node->nsent++;
+	return true;
+}
+
+/* Take a settled record out of the list and free it. */
+static void
+drop_sent(RwSent **link)
+{
+	RwSent	   *s = *link;
+	RwSent	   *prev = NULL;
+
+	for (RwSent *p = sent_head; p != s; p = p->next)
+		prev = p;
+	*link = s->next;
+	if (sent_tail == s)
+		sent_tail = prev;
+	s->node->nsent--;
+	rw_node_forget_if_unused(s->node);
+	MemoryContextDelete(s->cxt);
+}
+
+/* Settle the records of one node, in the order they were sent. */
+static void
+settle_node(RwNode *node)
+{
+	RwConn	   *conn = &node->cmd;
+	RwLate	   *late;
+	int			nlate = rw_conn_take_late(conn, &late);
+	int			i = 0;
+	RwSent	  **link = &sent_head;
+
+	while (*link != NULL)
+	{
+		RwSent	   *s = *link;
+
+		if (s->node != node)
+		{
+			link = &s->next;
+			continue;
+		}
+		if (i < nlate && late[i].epoch == s->epoch)
+		{
+			RwError		err;
+			int			r = rw_proto_release_result(conn, late[i++].reply,
+													RW_NOTHROW, &err);
+
+			if (r == 0)
+				ereport(WARNING,
+						(errcode(ERRCODE_WARNING),
+						 errmsg("Redis lock \"%s\" was lost", s->name),
+						 errdetail("Its release at the end of a transaction found that its lease had run out or Redis had lost its data.")));
+			else if (r < 0)		/* an error reply, NOSCRIPT included */
+				rw_defer_release(node, &s->keys, '\0');
+		}
+		else if (conn->ctx == NULL || conn->epoch != s->epoch)
+			rw_defer_release(node, &s->keys, '\0');	/* never answered */
+		else
+			break;				/* not answered yet, nor the ones after it */
+		drop_sent(link);
+	}
+	/* Replies arrive in the order sent: none can be left over. */
+	Assert(i == nlate);
+	for (; i < nlate; i++)
+		freeReplyObject(late[i].reply);
+	if (late)
+		pfree(late);
+}
+
+/*
+ * Read the answers that have arrived to releases sent at transaction end,
+ * without waiting: a hold found lost is reported now; a release whose
+ * connection failed before it was answered is done again as a deferred
+ * release (harmless if it had run). Never throws.
+ */
+static void
+settle_sent(void)
+{
+	while (sent_head != NULL)
+	{
+		RwSent	   *first = sent_head;
+
+		settle_node(first->node);
+		if (sent_head == first)
+			break;				/* the oldest is not answered yet */
+	}
+}
+
+/*
+ * Bring Redis in line with the holds left after a release. Never throws;
+ * returns false if the hold was lost or could not be released (warned).
+ *
+ * At transaction end a full release is sent without waiting for Redis's
+ * answer (send_release): the commit is durable already and the release is
+ * on its way before the client hears of the commit, so nothing is gained by
+ * making COMMIT wait a round trip. The answer is read before the session's
+ * next lock operation (settle_sent), which reports a hold found lost then.
+ */
+static bool
+sync_release(RwHeld *h, bool at_xact_end)
 {
 	char		want = wanted_mode(h);
 	bool		ok;
@@ -208,6 +345,13 @@ sync_release(RwHeld *h)
 	ok = !h->lost;
 	if (want == '\0')
 		unpublish(h);
+	if (!h->lost && want != h->redis_mode && at_xact_end && want == '\0' &&
+		send_release(h))
+	{
+		h->redis_mode = want;
+		forget(h);
+		return true;
+	}
 	if (!h->lost && want != h->redis_mode)
 	{
 		int			r = rw_proto_release(&h->node->cmd, &h->keys, want,
@@ -282,6 +426,23 @@ ensure_table(void)
 							 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 }
 
+/* At the start of each lock operation: the table, and late answers. */
+static void
+begin_operation(void)
+{
+	ensure_table();
+	if (sent_head != NULL)
+		settle_sent();
+}
+
+/* For introspection: read the answers to releases that have arrived. */
+void
+rw_held_settle(void)
+{
+	if (sent_head != NULL)
+		settle_sent();
+}
+
 /*
  * Take a hold of `name`. Goes to Redis only if what Redis has for this
  * session does not cover `mode` (or the hold was lost). wait_ms: -1 waits
@@ -295,7 +456,7 @@ rw_lock(const char *name, char mode, RwLevel level, long wait_ms,
 	RwHeld	   *h;
 	bool		found;
 
-	ensure_table();
+	begin_operation();
 	rw_renew_due(false, NULL);
 	h = hash_search(held_table, name, HASH_FIND, NULL);
 	if (h != NULL)
@@ -364,7 +525,7 @@ rw_unlock(const char *name)
 	RwHeld	   *h;
 	char		mode;
 
-	ensure_table();
+	begin_operation();
 	h = hash_search(held_table, name, HASH_FIND, NULL);
 	if (h == NULL || h->stack_len == 0)
 	{
@@ -376,7 +537,7 @@ rw_unlock(const char *name)
 	run_deferred(h->node, 0);
 	mode = h->stack[--h->stack_len];
 	h->count[RW_SESSION][mode == 'w' ? 1 : 0]--;
-	return sync_release(h);
+	return sync_release(h, false);
 }
 
 /* Release every session-level hold; returns how many holds there were. */
@@ -389,7 +550,7 @@ rw_unlock_all(void)
 	int			n = 0,
 				holds = 0;
 
-	ensure_table();
+	begin_operation();
 	list = palloc(sizeof(RwHeld *) * (hash_get_num_entries(held_table) + 1));
 	hash_seq_init(&seq, held_table);
 	while ((h = hash_seq_search(&seq)) != NULL)
@@ -400,7 +561,7 @@ rw_unlock_all(void)
 		holds += list[i]->stack_len;
 		list[i]->stack_len = 0;
 		list[i]->count[RW_SESSION][0] = list[i]->count[RW_SESSION][1] = 0;
-		sync_release(list[i]);
+		sync_release(list[i], false);
 	}
 	pfree(list);
 	return holds;
@@ -418,7 +579,7 @@ release_xact_holds(int level)
 		/* Sync once per entry, when its last record at this depth goes. */
 		if (n_xact == 0 || xact_holds[n_xact - 1].held != x->held ||
 			xact_holds[n_xact - 1].level < level)
-			sync_release(x->held);
+			sync_release(x->held, true);
 	}
 }
 
@@ -477,6 +638,7 @@ at_exit(int code, Datum arg)
 	n_xact = 0;
 	if (held_table == NULL)
 		return;
+	settle_sent();
 	hash_seq_init(&seq, held_table);
 	while ((h = hash_seq_search(&seq)) != NULL)
 	{

@@ -70,6 +70,7 @@ redis_lock_info(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
+	rw_held_settle();
 	rw_build_keys(rw_key_prefix, name, &keys, CurrentMemoryContext);
 	rw_proto_info(&rw_current_node()->cmd, &keys, &info);
 
@@ -123,6 +124,7 @@ redis_connection_info(PG_FUNCTION_ARGS)
 	bool		may_see_url = has_privs_of_role(GetUserId(),
 												ROLE_PG_READ_ALL_SETTINGS);
 
+	rw_held_settle();
 	InitMaterializedSRF(fcinfo, 0);
 	for (RwNode *n = rw_first_node(); n != NULL; n = n->next)
 	{

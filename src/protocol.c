@@ -190,13 +190,21 @@ rw_proto_release(RwConn *conn, const RwKeys *keys, char keep, int lease_ms,
 	const char *args[5] = {RW_PROTOCOL_VERSION, rw_owner_id(), keepstr,
 	lease, keeptoken};
 	redisReply *r;
-	int			held;
 
 	snprintf(lease, sizeof(lease), "%d", lease_ms);
 	snprintf(keeptoken, sizeof(keeptoken), "%d", RW_KEEP_TOKEN_MS);
 	r = run_one(conn, RW_SCRIPT_RELEASE, 5, args, keys, flags, err);
 	if (r == NULL)
 		return -1;
+	return rw_proto_release_result(conn, r, flags, err);
+}
+
+/* What a release script answered (the reply is freed): 1, 0, or -1. */
+int
+rw_proto_release_result(RwConn *conn, redisReply *r, int flags, RwError *err)
+{
+	int			held;
+
 	if (!is_int(r) || (r->integer != 0 && r->integer != 1))
 	{
 		bad_reply(conn, r, "release", flags, err);
@@ -205,6 +213,26 @@ rw_proto_release(RwConn *conn, const RwKeys *keys, char keep, int lease_ms,
 	held = (int) r->integer;
 	freeReplyObject(r);
 	return held;
+}
+
+/*
+ * Send the release of everything this session holds of the lock, without
+ * waiting for the answer: rw_proto_release_result reads it later (a NOSCRIPT
+ * answer means it did not run). False if it could not be sent.
+ */
+bool
+rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwError *err)
+{
+	char		keeptoken[16];
+	const char *args[5] = {RW_PROTOCOL_VERSION, rw_owner_id(), "", "0",
+	keeptoken};
+	RwScriptCall call;
+
+	snprintf(keeptoken, sizeof(keeptoken), "%d", RW_KEEP_TOKEN_MS);
+	rw_script_prepare(&call, RW_SCRIPT_RELEASE, 3,
+					  (const char *const *) keys->key, keys->len, 5, args);
+	err->kind = RW_OK;
+	return rw_script_send(conn, &call, RW_NOTHROW, err);
 }
 
 /*

@@ -285,7 +285,7 @@ rw_node_forget_if_unused(RwNode *node)
 {
 	RwNode	  **link;
 
-	if (node == current || node->nholds > 0)
+	if (node == current || node->nholds > 0 || node->nsent > 0)
 		return;
 	rw_conn_close(&node->cmd);
 	rw_conn_close(&node->sub);
@@ -402,6 +402,8 @@ rw_conn_close(RwConn *conn)
 		conn->ctx = NULL;
 		ReleaseExternalFD();
 	}
+	/* Replies still owed are lost; the sender learns it from the epoch. */
+	conn->owed = 0;
 }
 
 static bool
@@ -540,15 +542,17 @@ conn_connect(RwConn *conn, int flags, RwError *err)
 		rw_conn_close(conn);
 		return false;
 	}
+	conn->epoch++;
 	return true;
 }
 
 /*
  * Whether an idle command connection was closed by the other end (Redis
  * restarted, or dropped us): then it is reconnected before use, instead of
- * failing the command sent on it. A command connection has nothing to read
- * between exchanges, so anything readable means EOF, an error, or bytes
- * that are not a reply to anything: either way it is not to be used.
+ * failing the command sent on it. A command connection that owes no replies
+ * has nothing to read between exchanges, so anything readable means EOF, an
+ * error, or bytes that are not a reply to anything: either way it is not to
+ * be used.
  */
 static bool
 conn_went_away(RwConn *conn)
@@ -569,7 +573,8 @@ rw_conn_ensure(RwConn *conn, int flags, RwError *err)
 {
 	volatile bool ok = false;
 
-	if (conn->ctx != NULL && !conn->is_subscriber && conn_went_away(conn))
+	if (conn->ctx != NULL && !conn->is_subscriber && conn->owed == 0 &&
+		conn_went_away(conn))
 		rw_conn_close(conn);
 	if (conn->ctx != NULL)
 		return true;
@@ -631,22 +636,46 @@ req_fail(RwRequest *req, RwErrKind kind, const char *msg)
 	rw_conn_close(req->conn);
 }
 
-/* Move whole replies from the reader into the request. */
+/* Keep the reply of a command sent by rw_send, for rw_conn_take_late. */
+static void
+keep_late(RwConn *conn, redisReply *reply)
+{
+	if (conn->nlate == conn->caplate)
+	{
+		conn->caplate = Max(8, conn->caplate * 2);
+		conn->late = conn->late ?
+			repalloc(conn->late, conn->caplate * sizeof(RwLate)) :
+			MemoryContextAlloc(TopMemoryContext, conn->caplate * sizeof(RwLate));
+	}
+	conn->late[conn->nlate].reply = reply;
+	conn->late[conn->nlate++].epoch = conn->epoch;
+	conn->owed--;
+}
+
+/*
+ * Move whole replies from the reader into the request. Replies owed to
+ * commands sent earlier by rw_send come first, and are set aside.
+ */
 static bool
 req_take_replies(RwRequest *req)
 {
-	while (req->nreceived < req->nexpected)
+	RwConn	   *conn = req->conn;
+
+	while (conn->owed > 0 || req->nreceived < req->nexpected)
 	{
 		void	   *reply = NULL;
 
-		if (redisGetReplyFromReader(req->conn->ctx, &reply) != REDIS_OK)
+		if (redisGetReplyFromReader(conn->ctx, &reply) != REDIS_OK)
 		{
-			req_fail(req, RW_ERR_LOST, req->conn->ctx->errstr);
+			req_fail(req, RW_ERR_LOST, conn->ctx->errstr);
 			return false;
 		}
 		if (reply == NULL)
 			break;
-		req->replies[req->nreceived++] = reply;
+		if (conn->owed > 0)
+			keep_late(conn, reply);
+		else
+			req->replies[req->nreceived++] = reply;
 	}
 	return true;
 }
@@ -681,6 +710,13 @@ static bool
 req_pending(RwRequest *req)
 {
 	return req->err.kind == RW_OK && req->nreceived < req->nexpected;
+}
+
+/* Until its output is written: whether rw_send still has work. */
+static bool
+req_unsent(RwRequest *req)
+{
+	return req->err.kind == RW_OK && req->conn->ctx->obuf[0] != '\0';
 }
 
 static uint32
@@ -811,6 +847,69 @@ rw_exchange(RwRequest *reqs, int nreqs, int flags)
 	if (ok && nreqs == 1)
 		reqs[0].conn->last_rtt_ms = (GetCurrentTimestamp() - start) / 1000.0;
 	return ok;
+}
+
+/*
+ * Send a request's commands without waiting for their replies: they are
+ * read, in order, by later exchanges on the connection (which read them
+ * first anyway) and handed over by rw_conn_take_late. Waits only while the
+ * socket does not take the whole output, bounded by rwlock.command_timeout.
+ * False if the connection failed; it is then closed, and what was sent may
+ * or may not have run.
+ */
+bool
+rw_send(RwRequest *req, int flags)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   rw_command_timeout_ms);
+
+	req->err.kind = RW_OK;
+	rw_conn_flush(req->conn, &req->err);
+	while (req_unsent(req))
+	{
+		int			ready = conn_wait(req->conn, WL_SOCKET_WRITEABLE, deadline,
+									  flags & ~RW_INTERRUPTIBLE);
+
+		if (ready == 0)
+			req_fail(req, RW_ERR_TIMEOUT,
+					 psprintf("could not send within rwlock.command_timeout (%d ms)",
+							  rw_command_timeout_ms));
+		else if (ready < 0)
+			req_fail(req, RW_ERR_LOST, "postmaster died");
+		else
+			rw_conn_flush(req->conn, &req->err);
+	}
+	if (req->err.kind != RW_OK)
+		return false;
+	req->conn->owed += req->nexpected;
+	req->nexpected = 0;
+	return true;
+}
+
+/*
+ * Hand over the replies to rw_send's commands read so far, oldest first,
+ * each with the epoch of the connection it came on (a command sent on an
+ * earlier epoch whose reply is not among them never got one); the caller
+ * frees them. Reads what has already arrived, without waiting.
+ */
+int
+rw_conn_take_late(RwConn *conn, RwLate **late)
+{
+	RwRequest	req = {conn};
+	int			n;
+
+	if (conn->ctx != NULL && conn->owed > 0 && redisBufferRead(conn->ctx) == REDIS_OK)
+	{
+		(void) req_take_replies(&req);
+	}
+	else if (conn->ctx != NULL && conn->owed > 0)
+		req_fail(&req, RW_ERR_LOST, conn->ctx->errstr);
+	n = conn->nlate;
+	*late = n > 0 ? palloc(n * sizeof(RwLate)) : NULL;
+	if (n > 0)
+		memcpy(*late, conn->late, n * sizeof(RwLate));
+	conn->nlate = 0;
+	return n;
 }
 
 /*

@@ -63,6 +63,13 @@ typedef struct RwEndpoint
 	int			db;
 } RwEndpoint;
 
+/* A reply to a command sent by rw_send, and the connection it came on. */
+typedef struct RwLate
+{
+	redisReply *reply;
+	uint32		epoch;
+} RwLate;
+
 /* One connection to a node. */
 typedef struct RwConn
 {
@@ -73,6 +80,11 @@ typedef struct RwConn
 	uint32		sock_events;	/* what the socket event waits for now */
 	double		last_rtt_ms;
 	bool		is_subscriber;
+	uint32		epoch;			/* counts connections made */
+	int			owed;			/* replies due to commands sent by rw_send */
+	RwLate	   *late;			/* those replies, once read, oldest first */
+	int			nlate;
+	int			caplate;
 } RwConn;
 
 /*
@@ -86,6 +98,7 @@ typedef struct RwNode
 	RwConn		cmd;			/* lock commands */
 	RwConn		sub;			/* pub/sub wake-ups, opened when first needed */
 	int			nholds;			/* holds that live on this node */
+	int			nsent;			/* releases sent, answers not read yet */
 	struct RwNode *next;
 } RwNode;
 
@@ -127,6 +140,8 @@ extern bool rw_conn_ensure(RwConn *conn, int flags, RwError *err);
 extern void rw_conn_close(RwConn *conn);
 extern void rw_append(RwRequest *req, int argc, const char **argv, const size_t *lens);
 extern bool rw_exchange(RwRequest *reqs, int nreqs, int flags);
+extern bool rw_send(RwRequest *req, int flags);
+extern int	rw_conn_take_late(RwConn *conn, RwLate **late);
 extern void rw_request_free(RwRequest *req);
 extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
@@ -169,6 +184,8 @@ extern void rw_script_prepare(RwScriptCall *call, RwScriptId id, int nkeys,
 							  int nargs, const char *const *args);
 extern bool rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
 						  redisReply **replies, int flags, RwError *err);
+extern bool rw_script_send(RwConn *conn, RwScriptCall *call, int flags,
+						   RwError *err);
 
 /* ---- protocol.c ---- */
 
@@ -211,6 +228,10 @@ extern RwAcquireStatus rw_proto_acquire(RwConn *conn, const RwKeys *keys,
 extern void rw_free_keys(RwKeys *keys);
 extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, char keep,
 							 int lease_ms, int flags, RwError *err);
+extern bool rw_proto_release_send(RwConn *conn, const RwKeys *keys,
+								  RwError *err);
+extern int	rw_proto_release_result(RwConn *conn, redisReply *r, int flags,
+									RwError *err);
 extern bool rw_proto_renew_batch(RwConn *conn, RwKeys **keys,
 								 const int *lease_ms, int n, int *held,
 								 int flags, RwError *err);
@@ -234,6 +255,7 @@ typedef enum RwLevel
 } RwLevel;
 
 extern void rw_held_init(void);
+extern void rw_held_settle(void);
 extern void rw_defer_release(RwNode *node, const RwKeys *keys, char keep);
 extern bool rw_lock(const char *name, char mode, RwLevel level,
 					long wait_ms, bool is_try, int64 *token);

@@ -111,3 +111,23 @@ rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
 	pfree(req.replies);
 	return true;
 }
+
+/*
+ * Send one script call by EVALSHA without waiting for its reply (rw_send).
+ * The caller reads the reply later and must treat NOSCRIPT as "did not run".
+ */
+bool
+rw_script_send(RwConn *conn, RwScriptCall *call, int flags, RwError *err)
+{
+	RwRequest	req = {conn};
+	bool		ok;
+
+	if (!rw_conn_ensure(conn, flags, err))
+		return false;
+	rw_append(&req, call->argc, call->argv, call->lens);
+	ok = rw_send(&req, flags);
+	if (!ok)
+		*err = req.err;
+	rw_request_free(&req);
+	return ok;
+}

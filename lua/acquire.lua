@@ -22,9 +22,9 @@ local hash, readers, intents = KEYS[1], KEYS[2], KEYS[3]
 local owner, mode = ARGV[2], ARGV[3]
 local lease, intent, keep = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local v = redis.call('HGET', hash, 'v')
-if v and v ~= ARGV[1] then
-  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. v ..
+local h = redis.call('HMGET', hash, 'v', 'w', 'wexp', 'f', 'rt')
+if h[1] and h[1] ~= ARGV[1] then
+  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. ARGV[1])
 end
 local t = redis.call('TIME')
@@ -48,9 +48,8 @@ local function busy(until_ms)
   return {0, math.max(until_ms - now, 1)}
 end
 
-local h = redis.call('HMGET', hash, 'w', 'wexp', 'f', 'rt')
-local writer, wexp, fence = h[1], tonumber(h[2] or 0), tonumber(h[3] or 0)
-local turn = tonumber(h[4] or 0)
+local writer, wexp, fence = h[2], tonumber(h[3] or 0), tonumber(h[4] or 0)
+local turn = tonumber(h[5] or 0)
 if writer and wexp <= now then writer = false end
 if writer and writer ~= owner then return busy(wexp) end
 
@@ -68,10 +67,11 @@ if mode == 'r' then
   return {1, fence}
 end
 
+local mine = true				-- whether the owner may be among the readers
 if writer ~= owner then
   -- Readers who waited for the last writer go first.
   if turn > now then return busy(turn) end
-  local mine = redis.call('ZSCORE', readers, owner)
+  mine = redis.call('ZSCORE', readers, owner)
   local others = redis.call('ZCARD', readers) - (mine and 1 or 0)
   if others > 0 then
     if mine then
@@ -87,7 +87,7 @@ if writer ~= owner then
 end
 redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'wexp', now + lease,
            'f', string.format('%.0f', fence))
-redis.call('ZREM', readers, owner)
+if mine then redis.call('ZREM', readers, owner) end
 redis.call('ZREM', intents, owner)
 extend(hash, lease + keep)
 return {1, fence}

@@ -19,23 +19,24 @@ local READER_TURN_MS = 100
 local hash, readers, intents = KEYS[1], KEYS[2], KEYS[3]
 local owner, keeps = ARGV[2], ARGV[3]
 
-local v = redis.call('HGET', hash, 'v')
-if v and v ~= ARGV[1] then
-  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. v ..
+local h = redis.call('HMGET', hash, 'v', 'w', 'wexp', 'rw', 'rt', 'f')
+if h[1] and h[1] ~= ARGV[1] then
+  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. ARGV[1])
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local writer = h[2]
 
 local held, changed = 0, redis.call('ZREM', intents, owner) == 1
 if keeps == 'q' then
   held = 1
 else
-  local h = redis.call('HMGET', hash, 'w', 'wexp', 'rw', 'rt')
-  if h[1] == owner then
-    if tonumber(h[2]) > now then held = 1 end
+  if writer == owner then
+    if tonumber(h[3]) > now then held = 1 end
     redis.call('HDEL', hash, 'w', 'wexp', 'rw')
-    if tonumber(h[3] or 0) > now then
+    writer = false
+    if tonumber(h[4] or 0) > now then
       redis.call('HSET', hash, 'rt', now + READER_TURN_MS)
     end
     changed = true
@@ -46,7 +47,7 @@ else
     redis.call('ZREM', readers, owner)
     changed = true
     -- The readers' turn ends when the last of them leaves.
-    if tonumber(h[4] or 0) > now and redis.call('EXISTS', readers) == 0 then
+    if tonumber(h[5] or 0) > now and redis.call('EXISTS', readers) == 0 then
       redis.call('HDEL', hash, 'rt')
     end
   end
@@ -61,10 +62,9 @@ else
 end
 
 if changed then
-  if redis.call('HEXISTS', hash, 'w') == 0 and redis.call('EXISTS', readers, intents) == 0 then
+  if not writer and redis.call('EXISTS', readers, intents) == 0 then
     -- Free: only the last write token stays, and not for long.
-    if redis.call('HEXISTS', hash, 'f') == 1 then
-      redis.call('HDEL', hash, 'wexp')
+    if h[6] then
       redis.call('PEXPIRE', hash, tonumber(ARGV[5]))
     else
       redis.call('DEL', hash)

@@ -94,6 +94,12 @@ row("b", "`redis_wlock` + `redis_unlock`, 16 clients, distinct names", g("b_16_t
 r = rep_ratio(lambda s: s("c_rw_tps") / s("c_adv_tps"))
 row("c", "`redis_wlock_xact` in autocommit, 1 client", g("c_rw_tps"), "xacts/s",
     "`pg_advisory_xact_lock`, 1 client", g("c_adv_tps"), r, "≥ 0.45", r >= 0.45)
+c_us = 1e6 / g("c_rw_tps")
+row("c", "same, µs a transaction, against its floor", c_us, "µs",
+    "`SELECT 1` + `EVALSHA return 1`", pg + g("a_eval1_us"), c_us / (pg + g("a_eval1_us")), "info")
+r = rep_ratio(lambda s: s("c_rwunix_tps") / s("c_adv_tps"))
+row("c", "same, Redis over a unix socket (`unix://`)", g("c_rwunix_tps"), "xacts/s",
+    "`pg_advisory_xact_lock`, 1 client", g("c_adv_tps"), r, "info")
 
 # d. stacked re-lock loop
 r = g("d_rw_us") / g("d_adv_us")

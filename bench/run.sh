@@ -162,6 +162,7 @@ for rep in $(seq "$REPS"); do
   log "-- c. redis_wlock_xact vs pg_advisory_xact_lock, autocommit"
   bench_pg c_adv 1 c_advisory.sql
   bench_pg c_rw 1 c_xact.sql
+  PGOPTS_EXTRA="-c rwlock.redis_url=unix://$WORK/redis.sock" bench_pg c_rwunix 1 c_xact.sql
   log "-- e. 16 readers on one name"
   bench_pg e_adv 16 e_advisory_shared.sql
   bench_pg e_rw 16 e_rlock.sql

@@ -9,6 +9,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua
 EXTRA_CLEAN = src/lua_scripts.c
 REGRESS = rwlock state privileges sessions keeper
+ISOLATION = rw-basic rw-preference rw-xact rw-timeout rw-upgrade
 # The TAP suite (t/*.pl) runs by test/tap.sh, not PGXS's TAP_TESTS: see there.
 
 PG_CONFIG ?= pg_config

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # run.sh: every test suite. Starts a Redis on 127.0.0.1:6379 and a throw-away
 # PostgreSQL cluster (pg_virtualenv), builds and installs the extension, runs
-# pg_regress through `make installcheck`, then the protocol test and the
-# cross-client test (Python client and SQL sessions; its own Redis), then
-# the TAP suite (test/tap.sh: its own Redis servers on 6382-6389, its own clusters).
+# pg_regress and the isolation specs through `make installcheck`, then the
+# protocol test, the cross-client test (Python client and SQL sessions; its own
+# Redis), the load test and the TAP suite (test/tap.sh: its own Redis servers
+# on 6382-6389, its own clusters).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=$(mktemp -d)
@@ -14,7 +15,7 @@ for _ in $(seq 50); do redis-cli -p 6379 ping >/dev/null 2>&1 && break; sleep 0.
 make -s
 make -s install
 status=0
-pg_virtualenv -t -s make installcheck || { status=1; cat regression.diffs 2>/dev/null || true; }
+pg_virtualenv -t -s make installcheck || { status=1; cat regression.diffs output_iso/regression.diffs 2>/dev/null || true; }
 bash test/protocol.sh || status=1
 pg_virtualenv -t -s /usr/bin/python3 test/cross_test.py || status=1
 bash test/tap.sh || status=1

@@ -18,5 +18,6 @@ status=0
 pg_virtualenv -t -s make installcheck || { status=1; cat regression.diffs output_iso/regression.diffs 2>/dev/null || true; }
 bash test/protocol.sh || status=1
 pg_virtualenv -t -s /usr/bin/python3 test/cross_test.py || status=1
+pg_virtualenv -t -s /usr/bin/python3 test/load.py || status=1
 bash test/tap.sh || status=1
 exit $status

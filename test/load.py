@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""load.py: many sessions, one Redis lock, and a counter that only the lock
+keeps right.
+
+Several sessions (SESSIONS, default 8) run for DURATION seconds (default 10)
+against one lock. Each iteration is a writer's or a reader's, at random.
+
+A writer, under redis_wlock, reads a counter row in one statement, marks the
+row "half done" in a second, sleeps a millisecond in a third and writes
+counter + 1 (computed here, in the client) with the mark cleared in a fourth.
+A reader, under redis_rlock, reads the row twice, a millisecond apart: it must
+never see the mark, the counter must not move while it reads, and it must not
+go back from what this session saw before.
+
+Every session runs in autocommit, so PostgreSQL's row locks exclude nothing
+across statements: only the Redis lock does. If two writers overlap, an
+update is lost and the final counter is short of the writer iterations; if a
+writer overlaps a reader, the reader sees the mark or the counter move.
+
+Connects with the usual libpq environment (PGHOST, PGPORT, ...); run it
+inside pg_virtualenv, as test/run.sh does. Prints a summary; exits 1 with the
+reasons on any failure.
+"""
+import os
+import random
+import sys
+import threading
+import time
+
+import psycopg2
+
+SESSIONS = int(os.environ.get("SESSIONS", "8"))
+DURATION = float(os.environ.get("DURATION", "10"))
+WRITE_SHARE = 0.4
+LOCK = "load-%d-%d" % (os.getpid(), int(time.time()))
+
+failures = []
+failures_lock = threading.Lock()
+
+
+def fail(msg):
+    with failures_lock:
+        failures.append(msg)
+
+
+def connect():
+    conn = psycopg2.connect("")
+    conn.autocommit = True
+    cur = conn.cursor()
+    # A hang must fail the test, not stall it.
+    cur.execute("SET lock_timeout = '30s'")
+    return conn, cur
+
+
+def one(cur, sql, args=None):
+    cur.execute(sql, args)
+    return cur.fetchone()
+
+
+def writer_iteration(cur, wid, it):
+    if it % 3 == 0:
+        ok = one(cur, "SELECT redis_try_wlock(%s, '30s')", (LOCK,))[0]
+        if not ok:
+            fail("session %d: redis_try_wlock with a 30 s wait gave up" % wid)
+            return False
+    else:
+        one(cur, "SELECT redis_wlock(%s)", (LOCK,))
+    n, half = one(cur, "SELECT n, half FROM rwlock_load WHERE id = 1")
+    if half:
+        fail("session %d: writer got the write lock and found the row half done "
+             "(another writer is inside the lock)" % wid)
+    cur.execute("UPDATE rwlock_load SET half = true WHERE id = 1")
+    cur.execute("SELECT pg_sleep(0.001)")
+    cur.execute("UPDATE rwlock_load SET n = %s, half = false WHERE id = 1", (n + 1,))
+    if not one(cur, "SELECT redis_unlock(%s)", (LOCK,))[0]:
+        fail("session %d: redis_unlock of the write lock returned false" % wid)
+    return True
+
+
+def reader_iteration(cur, wid, it, last_seen):
+    if it % 3 == 0:
+        ok = one(cur, "SELECT redis_try_rlock(%s, '30s')", (LOCK,))[0]
+        if not ok:
+            fail("session %d: redis_try_rlock with a 30 s wait gave up" % wid)
+            return last_seen
+    else:
+        one(cur, "SELECT redis_rlock(%s)", (LOCK,))
+    n1, half1 = one(cur, "SELECT n, half FROM rwlock_load WHERE id = 1")
+    cur.execute("SELECT pg_sleep(0.001)")
+    n2, half2 = one(cur, "SELECT n, half FROM rwlock_load WHERE id = 1")
+    if half1 or half2:
+        fail("session %d: torn read: a reader under the read lock saw a writer's "
+             "half-done row (counter %d)" % (wid, n1))
+    if n1 != n2:
+        fail("session %d: a writer changed the counter (%d -> %d) while a reader "
+             "held the read lock" % (wid, n1, n2))
+    if n1 < last_seen:
+        fail("session %d: the counter went back from %d to %d" % (wid, last_seen, n1))
+    if not one(cur, "SELECT redis_unlock(%s)", (LOCK,))[0]:
+        fail("session %d: redis_unlock of the read lock returned false" % wid)
+    return max(last_seen, n2)
+
+
+def worker(wid, deadline, counts):
+    rnd = random.Random(wid)
+    writes = reads = 0
+    try:
+        conn, cur = connect()
+        last_seen = 0
+        it = 0
+        while time.monotonic() < deadline and len(failures) < 20:
+            it += 1
+            if rnd.random() < WRITE_SHARE:
+                if writer_iteration(cur, wid, it):
+                    writes += 1
+            else:
+                last_seen = reader_iteration(cur, wid, it, last_seen)
+                reads += 1
+        left = one(cur, "SELECT count(*) FROM redis_held_locks")[0]
+        if left:
+            fail("session %d: still holds %d locks at the end" % (wid, left))
+        conn.close()
+    except Exception as e:              # noqa: BLE001 - any error fails the test
+        fail("session %d: %s: %s" % (wid, type(e).__name__, str(e).strip()))
+    counts[wid] = (writes, reads)
+
+
+def main():
+    conn, cur = connect()
+    cur.execute("CREATE EXTENSION IF NOT EXISTS rwlock")
+    cur.execute("DROP TABLE IF EXISTS rwlock_load")
+    cur.execute("CREATE TABLE rwlock_load (id int PRIMARY KEY, n bigint NOT NULL, "
+                "half boolean NOT NULL)")
+    cur.execute("INSERT INTO rwlock_load VALUES (1, 0, false)")
+
+    counts = {}
+    start = time.monotonic()
+    deadline = start + DURATION
+    threads = [threading.Thread(target=worker, args=(i, deadline, counts))
+               for i in range(SESSIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DURATION + 120)
+        if t.is_alive():
+            fail("a session did not finish within 120 s of the end of the run")
+    elapsed = time.monotonic() - start
+
+    writes = sum(w for w, _ in counts.values())
+    reads = sum(r for _, r in counts.values())
+    n, half = one(cur, "SELECT n, half FROM rwlock_load WHERE id = 1")
+    if n != writes:
+        fail("lost updates: the counter is %d after %d writer iterations (%d lost)"
+             % (n, writes, writes - n))
+    if half:
+        fail("the row was left half done")
+    if not one(cur, "SELECT redis_try_wlock(%s)", (LOCK,))[0]:
+        fail("the lock is not free in Redis after the run")
+    else:
+        one(cur, "SELECT redis_unlock(%s)", (LOCK,))
+    if writes == 0 or reads == 0:
+        fail("no progress: %d writer and %d reader iterations" % (writes, reads))
+    cur.execute("DROP TABLE rwlock_load")
+    conn.close()
+
+    print("load: %d sessions, %.1f s: %d writer iterations (counter %d), "
+          "%d reader iterations, %.0f lock acquisitions/s"
+          % (SESSIONS, elapsed, writes, n, reads, (writes + reads) / elapsed))
+    for wid in sorted(counts):
+        print("  session %d: %d writes, %d reads" % (wid, *counts[wid]))
+    if failures:
+        print("load: FAILED", file=sys.stderr)
+        for f in failures[:20]:
+            print("  " + f, file=sys.stderr)
+        return 1
+    print("load: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,7 +22,7 @@ local hash, readers, intents = KEYS[1], KEYS[2], KEYS[3]
 local owner, mode = ARGV[2], ARGV[3]
 local lease, intent, keep = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local h = redis.call('HMGET', hash, 'v', 'w', 'wexp', 'f', 'rt')
+local h = redis.call('HMGET', hash, 'v', 'w', 'wexp', 'f', 'rt', 'rw')
 if h[1] and h[1] ~= ARGV[1] then
   return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. ARGV[1])
@@ -59,6 +59,11 @@ if mode == 'r' then
   if not writer and turn <= now and not redis.call('ZSCORE', readers, owner) then
     local first = redis.call('ZRANGE', intents, 0, 0, 'WITHSCORES')
     if first[1] then return busy(tonumber(first[2])) end
+  end
+  -- No writer holds or waits (a lease or an intent ran out): the readers'
+  -- marks are moot, and must not start a turn at a later writer's release.
+  if h[6] and not writer and redis.call('EXISTS', intents) == 0 then
+    redis.call('HDEL', hash, 'rw')
   end
   redis.call('ZADD', readers, now + lease, owner)
   extend(readers, lease)

@@ -62,12 +62,17 @@ else
 end
 
 if changed then
-  if not writer and redis.call('EXISTS', readers, intents) == 0 then
-    -- Free: only the last write token stays, and not for long.
-    if h[6] then
-      redis.call('PEXPIRE', hash, tonumber(ARGV[5]))
-    else
-      redis.call('DEL', hash)
+  if not writer and redis.call('EXISTS', intents) == 0 then
+    -- No writer holds or waits: readers who waited wait for no one, and
+    -- their mark must not start a readers' turn at a later writer's release.
+    if h[4] then redis.call('HDEL', hash, 'rw') end
+    if redis.call('EXISTS', readers) == 0 then
+      -- Free: only the last write token stays, and not for long.
+      if h[6] then
+        redis.call('PEXPIRE', hash, tonumber(ARGV[5]))
+      else
+        redis.call('DEL', hash)
+      end
     end
   end
   redis.call('PUBLISH', hash .. ':c', owner)

@@ -65,6 +65,23 @@ run release 1 w3 '' 0 600000 >/dev/null
 sleep 0.15
 check "a turn nobody uses runs out"      "1 *"        "$(run acquire 1 w4 w 30000 0 600000)"
 run release 1 w4 '' 0 600000 >/dev/null
+# a reader's mark goes when no writer holds or waits: no turn for nobody later
+run acquire 1 s1 r 30000 0 600000 >/dev/null
+check "writer waits for reader"          "0 *"        "$(run acquire 1 s2 w 30000 2000 600000)"
+check "new reader waits behind intent"   "0 *"        "$(run acquire 1 s3 r 30000 2000 600000)"
+check "writer gives up"                  "1"          "$(run release 1 s2 q 0 600000)"
+check "the reader's mark goes with it"   ""           "$(redis-cli -p "$PORT" hget 'rw:{a}' rw)"
+check "the reader gets in"               "1 *"        "$(run acquire 1 s3 r 30000 2000 600000)"
+run release 1 s3 '' 0 600000 >/dev/null; run release 1 s1 '' 0 600000 >/dev/null
+run acquire 1 s4 w 30000 0 600000 >/dev/null; run release 1 s4 '' 0 600000 >/dev/null
+check "no turn after a lone writer"      "1 *"        "$(run acquire 1 s5 w 30000 0 600000)"
+run release 1 s5 '' 0 600000 >/dev/null
+run acquire 1 e1 w 500 0 600000 >/dev/null
+check "reader waits for a writer"        "0 *"        "$(run acquire 1 e2 r 30000 2000 600000)"
+sleep 0.6
+check "writer's lease ran out: reader in" "1 *"       "$(run acquire 1 e2 r 30000 2000 600000)"
+check "and its mark is gone"             ""           "$(redis-cli -p "$PORT" hget 'rw:{a}' rw)"
+run release 1 e2 '' 0 600000 >/dev/null
 run acquire 1 d1 w 30000 0 600000 >/dev/null
 redis-cli -p "$PORT" pexpire 'rw:{a}' 5000 >/dev/null   # as if renewed long ago
 check "downgrade with a long lease"      "1"          "$(run release 1 d1 r 90000 1000)"

@@ -298,6 +298,13 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			if (subscribe())
 				continue;
 		}
+		/*
+		 * The session's other holds (and, in an upgrade, its read lock) must
+		 * not lapse while it waits: renew those due, and wake in time for the
+		 * next renewal.
+		 */
+		rw_renew_due(false, NULL);
+		result = Min(result, Max(rw_lease_ms / 3, 1));
 		/* Never sleep past the blocker's lease, or let our mark lapse. */
 		if (intent > 0)
 			result = Min(result, intent / 2);

@@ -71,6 +71,19 @@ SELECT redis_unlock('c');
 SELECT * FROM dblink('other', $$SELECT redis_try_wlock('c')$$) AS t(free_for_other bool);
 SELECT * FROM dblink('other', $$SELECT redis_unlock('c')$$) AS t(ok bool);
 
+-- two readers upgrading: the second to ask, trying, gets false at once
+SELECT redis_rlock('up') >= 0 AS reading;
+SELECT * FROM dblink('other', $$SELECT redis_rlock('up') >= 0$$) AS t(other_reading bool);
+SELECT dblink_send_query('other', $$SELECT redis_wlock('up') > 0$$);
+SELECT pg_sleep(0.3);
+SELECT clock_timestamp() AS t0 \gset
+SELECT redis_try_wlock('up', '5s') AS second_upgrader;
+SELECT clock_timestamp() - :'t0' < interval '1s' AS at_once;
+SELECT redis_unlock('up');                   -- the first upgrader gets it
+SELECT * FROM dblink_get_result('other') AS t(first_upgraded bool);
+SELECT * FROM dblink_get_result('other') AS t(first_upgraded bool);
+SELECT * FROM dblink('other', $$SELECT redis_unlock_all()$$) AS t(n int);
+
 -- session end releases everything at once
 SELECT * FROM dblink('other', $$SELECT redis_wlock('e') > 0$$) AS t(ok bool);
 SELECT dblink_disconnect('other');

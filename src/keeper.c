@@ -531,6 +531,8 @@ keeper_cycle(void)
 			next = Min(next, due);
 			continue;
 		}
+		/* Renewed now, it is due again a third of its lease from now. */
+		next = Min(next, TimestampTzPlusMilliseconds(now, s->lease_ms / 3));
 		if (n == KEEPER_BATCH)
 		{
 			next = now;			/* more next time round */

@@ -278,7 +278,10 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		}
 		if (status == RW_UPGRADE_CONFLICT)
 		{
+			/* A try cannot have it while the other waits: no, not an error. */
 			wait_end(true);
+			if (!timeout_is_error)
+				return false;
 			report_upgrade_conflict(name, other);
 		}
 

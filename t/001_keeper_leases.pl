@@ -104,6 +104,16 @@ is(redis_cli($port, 'HGET', 'tap_keeper:{idle}', 'w'),
 ($out) = sq($other, "SELECT count(*) FROM redis_locks");
 is($out, '0', 'redis_locks is empty after the releases');
 
+# A lease shorter than the keeper's longest sleep (1 s) is renewed in time:
+# after each renewal the keeper wakes again at a third of the lease.
+($out, $err) = sq($idle, "SET rwlock.lease = '900ms'; SELECT redis_wlock('short') > 0");
+sleep 2.8;    # three leases
+($out, $err) = sq($other, "SELECT redis_try_wlock('short')");
+is($out, 'f', 'a 900 ms lease held for three leases: still held');
+($out, $err) = sq($idle, "SELECT redis_unlock('short'); RESET rwlock.lease");
+like($out, qr/^t/, 'and its holder unlocks it: true');
+is($err, '', 'with no warning');
+
 # Stacked holds and levels in the view.
 sq($idle, "SELECT redis_rlock('st'), redis_rlock('st')");
 sq($idle, "BEGIN");

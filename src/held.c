@@ -435,6 +435,18 @@ begin_operation(void)
 		settle_sent();
 }
 
+/*
+ * At the end of a lock operation: a release sent at transaction end before
+ * a command this operation sent on the same connection has its answer read
+ * by now, so a lost hold is reported by the operation after the commit.
+ */
+static void
+end_operation(void)
+{
+	if (sent_head != NULL)
+		settle_sent();
+}
+
 /* For introspection: read the answers to releases that have arrived. */
 void
 rw_held_settle(void)
@@ -487,6 +499,7 @@ rw_lock(const char *name, char mode, RwLevel level, long wait_ms,
 		{
 			if (!h)
 				MemoryContextDelete(cxt);
+			end_operation();
 			return false;
 		}
 		if (!h)
@@ -515,6 +528,7 @@ rw_lock(const char *name, char mode, RwLevel level, long wait_ms,
 	push_hold(h, mode, level);
 	publish_modes(h);
 	*token = h->token;
+	end_operation();
 	return true;
 }
 
@@ -524,6 +538,7 @@ rw_unlock(const char *name)
 {
 	RwHeld	   *h;
 	char		mode;
+	bool		ok;
 
 	begin_operation();
 	h = hash_search(held_table, name, HASH_FIND, NULL);
@@ -537,7 +552,9 @@ rw_unlock(const char *name)
 	run_deferred(h->node, 0);
 	mode = h->stack[--h->stack_len];
 	h->count[RW_SESSION][mode == 'w' ? 1 : 0]--;
-	return sync_release(h, false);
+	ok = sync_release(h, false);
+	end_operation();
+	return ok;
 }
 
 /* Release every session-level hold; returns how many holds there were. */

@@ -39,6 +39,7 @@ free_port() {
 }
 
 # ---- build ------------------------------------------------------------------
+bash tools/install-deps.sh	# packages missing on a fresh machine, if any
 log "== building rwlock"
 make -s >/dev/null
 if [ "${BENCH_INSTALL:-}" = 1 ] ||

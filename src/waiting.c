@@ -14,8 +14,9 @@
  * A waiting writer registers an intent with a short lease of its own
  * (RW_INTENT_MS), renewed at each try, which makes new readers queue behind
  * it. A waiting reader leaves a mark of the same lease, which gives waiting
- * readers a turn before the next writer when the current writer leaves. The intent is withdrawn when the wait ends without the lock, and, if the
- * wait is cancelled or times out with an error, by rw_abandon_wait() from the
+ * readers a turn before the next writer when the current writer leaves. The
+ * intent is withdrawn when the wait ends without the lock, and, if the wait
+ * is cancelled or times out with an error, by rw_abandon_wait() from the
  * (sub)transaction abort callbacks.
  *
  * The sleep goes through the latch: cancel, statement_timeout, termination

@@ -1,14 +1,15 @@
 # rwlock: PGXS build. make && make install && make installcheck
 MODULE_big = rwlock
-OBJS = src/guc.o src/redis_conn.o src/scripts.o src/lua_scripts.o \
-       src/protocol.o src/waiting.o src/held.o src/keeper.o src/introspect.o src/functions.o
+OBJS = src/guc.o src/url.o src/redis_conn.o src/scripts.o src/lua_scripts.o \
+       src/protocol.o src/keeper.o src/route.o src/holds.o src/renew.o \
+       src/release.o src/waiting.o src/held.o src/introspect.o src/functions.o
 EXTENSION = rwlock
-DATA = rwlock--1.0.sql
+DATA = rwlock--1.0.sql rwlock--1.0--1.1.sql
 SHLIB_LINK = -lhiredis
 PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua
 EXTRA_CLEAN = src/lua_scripts.c
-REGRESS = rwlock state privileges sessions keeper
+REGRESS = rwlock state privileges sessions keeper upgrade
 ISOLATION = rw-basic rw-preference rw-xact rw-timeout rw-upgrade
 # The TAP suite (t/*.pl) runs by test/tap.sh, not PGXS's TAP_TESTS: see there.
 

@@ -19,6 +19,9 @@ SELECT name, setting, unit FROM pg_settings
 -- locks work; the connection's URL is not shown
 SELECT redis_wlock('priv') > 0 AS ok;
 SELECT url, connected, holds FROM redis_connection_info();
+-- the views are readable by every role, as pg_locks is
+SELECT name, mode, level FROM redis_held_locks;
+SELECT count(*) >= 0 AS readable FROM redis_locks;
 SELECT redis_unlock('priv');
 RESET ROLE;
 

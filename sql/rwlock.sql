@@ -72,3 +72,10 @@ SELECT redis_wlock('u');
 RESET rwlock.redis_url;
 SELECT redis_wlock('u') > 0 AS works_again;
 SELECT redis_unlock('u');
+
+-- DISCARD ALL releases session-level holds, as it releases advisory locks
+SELECT redis_wlock('d1') > 0 AS ok, redis_rlock('d2') >= 0 AS ok, redis_wlock('d1') > 0 AS ok;
+DISCARD ALL;
+SELECT count(*) FROM redis_held_locks;
+SELECT redis_try_wlock('d1') AS free_again, redis_try_wlock('d2') AS free_again;
+SELECT redis_unlock_all();

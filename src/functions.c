@@ -1,7 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * functions.c
- *	  The SQL-callable functions of rwlock, and _PG_init.
+ *	  Every SQL entry point of rwlock, their argument checks, and _PG_init.
+ *	  Each function checks its arguments and calls one function below; the
+ *	  views redis_held_locks and redis_locks are built on redis_held_locks()
+ *	  here and redis_locks() in keeper.c, next to the table it reads.
  *
  *-------------------------------------------------------------------------
  */
@@ -17,39 +20,48 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-static bool initialized = false;
-
 void
 _PG_init(void)
 {
 	rw_keeper_init();			/* first: defines rwlock.max_holds */
 	rw_define_gucs();
+	rw_held_install_hooks();
 }
 
-/* Per-backend setup, on the first lock call (not in the postmaster). */
+/* Validate a lock name argument and copy it, NUL-terminated, into buf. */
 static void
-backend_init(void)
+fn_check_name(text *name, char *buf)
 {
-	if (initialized)
-		return;
-	rw_held_init();
-	initialized = true;
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("Redis lock name must not be empty")));
+	if (len > RW_NAME_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("Redis lock name is too long"),
+				 errdetail("It is %d bytes; the limit is %d bytes.", len, RW_NAME_MAX)));
+	memcpy(buf, VARDATA_ANY(name), len);
+	buf[len] = '\0';
 }
 
-static void
-name_arg(FunctionCallInfo fcinfo, char *buf)
+/* The name argument (first), checked and copied into buf. */
+void
+rw_name_arg(FunctionCallInfo fcinfo, char *buf)
 {
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("Redis lock name must not be null")));
-	rw_check_name(PG_GETARG_TEXT_PP(0), buf);
-	backend_init();
+	fn_check_name(PG_GETARG_TEXT_PP(0), buf);
+	rw_held_init();
 }
 
 /* The wait argument of the try functions, in ms. */
 static long
-wait_arg(FunctionCallInfo fcinfo)
+fn_wait_arg(FunctionCallInfo fcinfo)
 {
 	Interval   *iv;
 	double		ms;
@@ -71,25 +83,25 @@ wait_arg(FunctionCallInfo fcinfo)
 }
 
 static Datum
-lock_token(FunctionCallInfo fcinfo, char mode, RwLevel level)
+fn_lock(FunctionCallInfo fcinfo, RwMode mode, RwLevel level)
 {
 	char		name[RW_NAME_MAX + 1];
 	int64		token;
 
-	name_arg(fcinfo, name);
+	rw_name_arg(fcinfo, name);
 	rw_lock(name, mode, level, -1, false, &token);
 	PG_RETURN_INT64(token);
 }
 
 static Datum
-lock_try(FunctionCallInfo fcinfo, char mode, RwLevel level)
+fn_try_lock(FunctionCallInfo fcinfo, RwMode mode, RwLevel level)
 {
 	char		name[RW_NAME_MAX + 1];
 	int64		token;
 	long		wait_ms;
 
-	name_arg(fcinfo, name);
-	wait_ms = wait_arg(fcinfo);
+	rw_name_arg(fcinfo, name);
+	wait_ms = fn_wait_arg(fcinfo);
 	PG_RETURN_BOOL(rw_lock(name, mode, level, wait_ms, true, &token));
 }
 
@@ -97,56 +109,56 @@ PG_FUNCTION_INFO_V1(redis_wlock);
 Datum
 redis_wlock(PG_FUNCTION_ARGS)
 {
-	return lock_token(fcinfo, 'w', RW_SESSION);
+	return fn_lock(fcinfo, RW_WRITE, RW_SESSION);
 }
 
 PG_FUNCTION_INFO_V1(redis_rlock);
 Datum
 redis_rlock(PG_FUNCTION_ARGS)
 {
-	return lock_token(fcinfo, 'r', RW_SESSION);
+	return fn_lock(fcinfo, RW_READ, RW_SESSION);
 }
 
 PG_FUNCTION_INFO_V1(redis_wlock_xact);
 Datum
 redis_wlock_xact(PG_FUNCTION_ARGS)
 {
-	return lock_token(fcinfo, 'w', RW_XACT);
+	return fn_lock(fcinfo, RW_WRITE, RW_XACT);
 }
 
 PG_FUNCTION_INFO_V1(redis_rlock_xact);
 Datum
 redis_rlock_xact(PG_FUNCTION_ARGS)
 {
-	return lock_token(fcinfo, 'r', RW_XACT);
+	return fn_lock(fcinfo, RW_READ, RW_XACT);
 }
 
 PG_FUNCTION_INFO_V1(redis_try_wlock);
 Datum
 redis_try_wlock(PG_FUNCTION_ARGS)
 {
-	return lock_try(fcinfo, 'w', RW_SESSION);
+	return fn_try_lock(fcinfo, RW_WRITE, RW_SESSION);
 }
 
 PG_FUNCTION_INFO_V1(redis_try_rlock);
 Datum
 redis_try_rlock(PG_FUNCTION_ARGS)
 {
-	return lock_try(fcinfo, 'r', RW_SESSION);
+	return fn_try_lock(fcinfo, RW_READ, RW_SESSION);
 }
 
 PG_FUNCTION_INFO_V1(redis_try_wlock_xact);
 Datum
 redis_try_wlock_xact(PG_FUNCTION_ARGS)
 {
-	return lock_try(fcinfo, 'w', RW_XACT);
+	return fn_try_lock(fcinfo, RW_WRITE, RW_XACT);
 }
 
 PG_FUNCTION_INFO_V1(redis_try_rlock_xact);
 Datum
 redis_try_rlock_xact(PG_FUNCTION_ARGS)
 {
-	return lock_try(fcinfo, 'r', RW_XACT);
+	return fn_try_lock(fcinfo, RW_READ, RW_XACT);
 }
 
 PG_FUNCTION_INFO_V1(redis_unlock);
@@ -155,7 +167,7 @@ redis_unlock(PG_FUNCTION_ARGS)
 {
 	char		name[RW_NAME_MAX + 1];
 
-	name_arg(fcinfo, name);
+	rw_name_arg(fcinfo, name);
 	PG_RETURN_BOOL(rw_unlock(name));
 }
 
@@ -163,7 +175,7 @@ PG_FUNCTION_INFO_V1(redis_unlock_all);
 Datum
 redis_unlock_all(PG_FUNCTION_ARGS)
 {
-	backend_init();
+	rw_held_init();
 	PG_RETURN_INT32(rw_unlock_all());
 }
 
@@ -175,7 +187,8 @@ redis_held_locks(PG_FUNCTION_ARGS)
 	RwHeldRow  *rows;
 	int			n;
 
-	backend_init();
+	rw_held_init();
+	rw_operation_begin();
 	InitMaterializedSRF(fcinfo, 0);
 	n = rw_held_rows(&rows);
 	for (int i = 0; i < n; i++)
@@ -184,7 +197,7 @@ redis_held_locks(PG_FUNCTION_ARGS)
 		bool		nulls[7] = {0};
 
 		values[0] = CStringGetTextDatum(rows[i].name);
-		values[1] = CStringGetTextDatum(rows[i].mode == 'w' ? "write" : "read");
+		values[1] = CStringGetTextDatum(rows[i].mode == RW_WRITE ? "write" : "read");
 		values[2] = CStringGetTextDatum(rows[i].level == RW_SESSION ? "session" : "xact");
 		values[3] = Int32GetDatum(rows[i].depth);
 		values[4] = Int64GetDatum(rows[i].token);
@@ -193,4 +206,22 @@ redis_held_locks(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * redis_renew(): renew every lease this session holds, now, whether or not
+ * the keeper runs. Returns how many holds were renewed; each hold found
+ * lost, and each server that could not be reached, gives a WARNING.
+ */
+PG_FUNCTION_INFO_V1(redis_renew);
+Datum
+redis_renew(PG_FUNCTION_ARGS)
+{
+	int			n;
+
+	rw_held_init();
+	rw_operation_begin();
+	n = rw_renew_due(true, NULL);
+	rw_operation_end();
+	PG_RETURN_INT32(n);
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * introspect.c
- *	  What a session can ask about locks and connections (SPEC 5):
+ *	  What a session can ask about locks and connections:
  *	  redis_lock_info(name), the state of one lock as Redis has it now, and
  *	  redis_connection_info(), the Redis servers this session talks to.
  *
@@ -24,7 +24,7 @@
 
 /* A text[] of owner ids, or an empty array. */
 static Datum
-owners_array(char **owners, int n)
+introspect_owners(char **owners, int n)
 {
 	Datum	   *elems = palloc(sizeof(Datum) * (n + 1));
 
@@ -35,7 +35,7 @@ owners_array(char **owners, int n)
 }
 
 static Datum
-ms_interval(int64 ms)
+introspect_interval(int64 ms)
 {
 	Interval   *iv = palloc0(sizeof(Interval));
 
@@ -62,15 +62,11 @@ redis_lock_info(PG_FUNCTION_ARGS)
 	bool		nulls[6] = {0};
 	int64		longest;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("Redis lock name must not be null")));
-	rw_check_name(PG_GETARG_TEXT_PP(0), name);
+	rw_name_arg(fcinfo, name);
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
-	rw_held_settle();
+	rw_operation_begin();
 	rw_build_keys(rw_key_prefix, name, &keys, CurrentMemoryContext);
 	rw_proto_info(&rw_current_node()->cmd, &keys, &info);
 
@@ -84,27 +80,36 @@ redis_lock_info(PG_FUNCTION_ARGS)
 		values[2] = CStringGetTextDatum(info.writer);
 	else
 		nulls[2] = true;
-	values[3] = owners_array(info.readers, info.nreaders);
-	values[4] = owners_array(info.waiting, info.nwaiting);
+	values[3] = introspect_owners(info.readers, info.nreaders);
+	values[4] = introspect_owners(info.waiting, info.nwaiting);
 	if (strcmp(info.state, "free") == 0)
 		nulls[5] = true;
 	else
-		values[5] = ms_interval(longest);
+		values[5] = introspect_interval(longest);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
-/* Ask an open connection for PONG; false (and closed) if it fails. */
+/*
+ * Ask an open connection for PONG; false (and closed) if it fails. Throws
+ * only to serve an interrupt.
+ */
 static bool
-ping(RwConn *conn)
+introspect_ping(RwConn *conn)
 {
-	RwRequest	req = {conn};
 	const char *argv[1] = {"PING"};
+	redisReply *r;
+	RwError		err;
 	bool		ok;
 
-	rw_append(&req, 1, argv, NULL);
-	ok = rw_exchange(&req, 1, RW_NOTHROW) &&
-		req.replies[0]->type == REDIS_REPLY_STATUS;
-	rw_request_free(&req);
+	rw_append(conn, 1, argv, NULL, NULL);
+	if (!rw_exchange(conn, 1, &r, &err))
+	{
+		if (err.kind == RW_ERR_INTERRUPTED)
+			rw_raise(conn, &err);
+		return false;
+	}
+	ok = r->type == REDIS_REPLY_STATUS;
+	freeReplyObject(r);
 	return ok;
 }
 
@@ -120,17 +125,19 @@ Datum
 redis_connection_info(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	RwNode	   *current = rw_current_node();
+	RwNode	   *current;
 	bool		may_see_url = has_privs_of_role(GetUserId(),
 												ROLE_PG_READ_ALL_SETTINGS);
 
-	rw_held_settle();
+	rw_held_init();
+	rw_operation_begin();
+	current = rw_current_node();
 	InitMaterializedSRF(fcinfo, 0);
 	for (RwNode *n = rw_first_node(); n != NULL; n = n->next)
 	{
 		Datum		values[7];
 		bool		nulls[7] = {0};
-		bool		connected = n->cmd.ctx != NULL && ping(&n->cmd);
+		bool		connected = n->cmd.ctx != NULL && introspect_ping(&n->cmd);
 
 		if (may_see_url)
 			values[0] = CStringGetTextDatum(n->ep.display);

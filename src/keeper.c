@@ -7,7 +7,7 @@
  *
  * Only with rwlock in shared_preload_libraries. Without it there is no
  * table, the view is empty, and each session renews its own leases lazily
- * (held.c: at every rwlock call, and by redis_renew()).
+ * (renew.c: at every rwlock call, and by redis_renew()).
  *
  * The table: rwlock.max_holds slots, one per (session, lock name) held in
  * Redis, on a free list, under one LWLock. A session writes its slot when it
@@ -74,14 +74,15 @@ typedef struct RwSlot
 {
 	bool		in_use;
 	bool		lost;			/* set by the keeper */
-	char		modes[2];		/* strongest mode per RwLevel: '\0', r, w */
+	uint8		modes[2];		/* strongest RwMode per RwLevel */
 	int			next_free;
 	int			pid;
 	int			lease_ms;
 	uint64		gen;
 	int64		token;
 	TimestampTz acquired;
-	pg_atomic_uint64 renewed;	/* last renewal sent (or the acquisition) */
+	pg_atomic_uint64 renewed;	/* monotonic ms: last renewal sent (or the
+								 * acquisition) */
 	char		owner[RW_OWNER_MAX];
 	char		url[RW_URL_MAX + 1];
 	char		key[RW_KEY_MAX];	/* the lock's hash key; :r :q follow */
@@ -96,8 +97,8 @@ typedef struct RwShared
 	uint64		next_gen;
 	int			keeper_pid;		/* 0 when not running */
 	Latch	   *keeper_latch;
-	pg_atomic_uint64 heartbeat;
-	TimestampTz keeper_wake;	/* when the keeper plans to look again */
+	pg_atomic_uint64 heartbeat; /* monotonic ms */
+	int64		keeper_wake;	/* monotonic ms: when the keeper looks again */
 	RwSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } RwShared;
 
@@ -145,7 +146,7 @@ shmem_startup(void)
 		shared->nslots = rw_max_holds;
 		shared->next_gen = 1;
 		pg_atomic_init_u64(&shared->heartbeat, 0);
-		shared->keeper_wake = DT_NOEND;
+		shared->keeper_wake = PG_INT64_MAX;
 		for (int i = 0; i < rw_max_holds; i++)
 		{
 			RwSlot	   *s = &shared->slots[i];
@@ -208,25 +209,28 @@ rw_keeper_running(void)
 	if (shared == NULL || shared->keeper_pid == 0)
 		return false;
 	beat = pg_atomic_read_u64(&shared->heartbeat);
-	return GetCurrentTimestamp() - (TimestampTz) beat < KEEPER_STALE_MS * 1000L;
+	return rw_now_ms() - (int64) beat < KEEPER_STALE_MS;
 }
 
 /*
  * Publish a hold that was just taken (or taken again) in Redis. slot is the
  * hold's slot or -1; returns its slot, or -1 if there is no table or it is
- * full (then the session renews the hold itself). One slot write under the
- * lock: no Redis, no allocation.
+ * full (then the session renews the hold itself; *full is set the first
+ * time, for the caller to warn once its records are right). One slot write
+ * under the lock: no Redis, no allocation, no ereport.
  */
 int
 rw_keeper_publish(int slot, const char *name, const char *url,
 				  const char *key, const char *owner, int64 token,
-				  TimestampTz acquired, TimestampTz renewed, int lease_ms)
+				  TimestampTz acquired, int64 renewed_ms, int lease_ms,
+				  bool *full)
 {
 	static bool warned = false;
 	RwSlot	   *s;
-	TimestampTz due = TimestampTzPlusMilliseconds(renewed, lease_ms / 3);
+	int64		due = renewed_ms + lease_ms / 3;
 	bool		wake;
 
+	*full = false;
 	if (shared == NULL)
 		return -1;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
@@ -239,12 +243,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 		if (slot < 0)
 		{
 			LWLockRelease(shared->lock);
-			if (!warned)
-				ereport(WARNING,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("the table of Redis lock holds is full"),
-						 errdetail("This session renews the leases of holds beyond it itself, at its rwlock calls."),
-						 errhint("Increase rwlock.max_holds.")));
+			*full = !warned;
 			warned = true;
 			return -1;
 		}
@@ -252,7 +251,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 		shared->free_head = s->next_free;
 		s->in_use = true;
 		s->pid = MyProcPid;
-		s->modes[0] = s->modes[1] = '\0';
+		s->modes[0] = s->modes[1] = RW_NONE;
 		strlcpy(s->owner, owner, sizeof(s->owner));
 		strlcpy(s->url, url, sizeof(s->url));
 		strlcpy(s->key, key, sizeof(s->key));
@@ -265,7 +264,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 	s->lost = false;
 	s->token = token;
 	s->lease_ms = lease_ms;
-	pg_atomic_write_u64(&s->renewed, (uint64) renewed);
+	pg_atomic_write_u64(&s->renewed, (uint64) renewed_ms);
 	wake = due < shared->keeper_wake;
 	if (wake)
 		shared->keeper_wake = due;
@@ -297,7 +296,7 @@ rw_keeper_unpublish(int slot)
 
 /* The strongest mode held at each level, for redis_locks. Owner only. */
 void
-rw_keeper_set_modes(int slot, char session_mode, char xact_mode)
+rw_keeper_set_modes(int slot, RwMode session_mode, RwMode xact_mode)
 {
 	if (shared == NULL || slot < 0)
 		return;
@@ -311,21 +310,21 @@ rw_keeper_set_modes(int slot, char session_mode, char xact_mode)
  * fields the keeper writes under the lock.
  */
 bool
-rw_keeper_state(int slot, TimestampTz *renewed)
+rw_keeper_state(int slot, int64 *renewed_ms)
 {
 	RwSlot	   *s;
 
 	if (shared == NULL || slot < 0)
 		return false;
 	s = &shared->slots[slot];
-	*renewed = Max(*renewed, (TimestampTz) pg_atomic_read_u64(&s->renewed));
+	*renewed_ms = Max(*renewed_ms, (int64) pg_atomic_read_u64(&s->renewed));
 	pg_read_barrier();
 	return s->lost;
 }
 
 /* The session renewed (or found lost) a published hold itself. */
 void
-rw_keeper_renewed(int slot, TimestampTz renewed, bool lost)
+rw_keeper_renewed(int slot, int64 renewed_ms, bool lost)
 {
 	RwSlot	   *s;
 
@@ -337,8 +336,8 @@ rw_keeper_renewed(int slot, TimestampTz renewed, bool lost)
 	{
 		if (lost)
 			s->lost = true;
-		else if ((TimestampTz) pg_atomic_read_u64(&s->renewed) < renewed)
-			pg_atomic_write_u64(&s->renewed, (uint64) renewed);
+		else if ((int64) pg_atomic_read_u64(&s->renewed) < renewed_ms)
+			pg_atomic_write_u64(&s->renewed, (uint64) renewed_ms);
 	}
 	LWLockRelease(shared->lock);
 }
@@ -351,7 +350,7 @@ rw_keeper_renewed(int slot, TimestampTz renewed, bool lost)
 typedef struct KNode
 {
 	RwNode		node;
-	TimestampTz seen;			/* a slot used this URL */
+	int64		seen;			/* monotonic ms: a slot used this URL */
 	bool		failing;		/* the last renewal failed: logged once */
 	struct KNode *next;
 } KNode;
@@ -399,8 +398,7 @@ knode_get(const char *url)
 		return NULL;
 	}
 	k->node.cmd.node = &k->node;
-	k->node.sub.node = &k->node;
-	k->seen = GetCurrentTimestamp();
+	k->seen = rw_now_ms();
 	k->next = knodes;
 	knodes = k;
 	MemoryContextSwitchTo(old);
@@ -409,7 +407,7 @@ knode_get(const char *url)
 
 /* Close the connections no slot has used for a while. */
 static void
-knodes_tidy(TimestampTz now)
+knodes_tidy(int64 now)
 {
 	KNode	  **link = &knodes;
 
@@ -417,7 +415,7 @@ knodes_tidy(TimestampTz now)
 	{
 		KNode	   *k = *link;
 
-		if (now - k->seen > NODE_IDLE_MS * 1000L)
+		if (now - k->seen > NODE_IDLE_MS)
 		{
 			rw_conn_close(&k->node.cmd);
 			*link = k->next;
@@ -461,7 +459,7 @@ renew_on_node(KNode *k, KWork *work, int n)
 	const char **owners = palloc(sizeof(char *) * n);
 	int		   *leases = palloc(sizeof(int) * n);
 	int		   *held = palloc(sizeof(int) * n);
-	TimestampTz sent = GetCurrentTimestamp();
+	int64		sent = rw_now_ms();
 	RwError		err;
 
 	for (int i = 0; i < n; i++)
@@ -470,8 +468,7 @@ renew_on_node(KNode *k, KWork *work, int n)
 		owners[i] = work[i].owner;
 		leases[i] = work[i].lease_ms;
 	}
-	if (!rw_proto_renew_owners(&k->node.cmd, keys, owners, leases, n, held,
-							   RW_NOTHROW, &err))
+	if (!rw_proto_renew(&k->node.cmd, keys, owners, leases, n, held, &err))
 	{
 		if (!k->failing)
 			ereport(LOG,
@@ -504,12 +501,12 @@ renew_on_node(KNode *k, KWork *work, int n)
 	return true;
 }
 
-/* One pass: renew what is due. Returns when to look again. */
-static TimestampTz
+/* One pass: renew what is due. Returns when to look again (monotonic). */
+static int64
 keeper_cycle(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz next = TimestampTzPlusMilliseconds(now, KEEPER_MAX_SLEEP_MS);
+	int64		now = rw_now_ms();
+	int64		next = now + KEEPER_MAX_SLEEP_MS;
 	KWork	   *work = palloc(sizeof(KWork) * KEEPER_BATCH);
 	int			n = 0;
 
@@ -517,22 +514,21 @@ keeper_cycle(void)
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		RwSlot	   *s = &shared->slots[i];
-		TimestampTz due;
+		int64		due;
 		KNode	   *k;
 
 		if (!s->in_use || s->lost)
 			continue;
 		if ((k = knode_find(s->url)) != NULL)
 			k->seen = now;
-		due = TimestampTzPlusMilliseconds((TimestampTz) pg_atomic_read_u64(&s->renewed),
-										  s->lease_ms / 3);
+		due = (int64) pg_atomic_read_u64(&s->renewed) + s->lease_ms / 3;
 		if (due > now)
 		{
 			next = Min(next, due);
 			continue;
 		}
 		/* Renewed now, it is due again a third of its lease from now. */
-		next = Min(next, TimestampTzPlusMilliseconds(now, s->lease_ms / 3));
+		next = Min(next, now + s->lease_ms / 3);
 		if (n == KEEPER_BATCH)
 		{
 			next = now;			/* more next time round */
@@ -578,8 +574,7 @@ keeper_cycle(void)
 			continue;
 		k->seen = now;
 		if (!renew_on_node(k, &work[start], end - start))
-			next = Min(next, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														 KEEPER_RETRY_MS));
+			next = Min(next, rw_now_ms() + KEEPER_RETRY_MS);
 	}
 	knodes_tidy(now);
 	return next;
@@ -621,22 +616,23 @@ rw_keeper_main(Datum arg)
 	shared->keeper_latch = MyLatch;
 	shared->keeper_wake = 0;
 	LWLockRelease(shared->lock);
-	pg_atomic_write_u64(&shared->heartbeat, (uint64) GetCurrentTimestamp());
+	pg_atomic_write_u64(&shared->heartbeat, (uint64) rw_now_ms());
 	on_shmem_exit(keeper_exit, (Datum) 0);
 	elog(LOG, "rwlock keeper started: renewing leases of up to %d holds", shared->nslots);
 
 	for (;;)
 	{
-		TimestampTz next;
+		int64		next;
 		long		ms;
 
 		CHECK_FOR_INTERRUPTS();
+		rw_call_begin();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		pg_atomic_write_u64(&shared->heartbeat, (uint64) GetCurrentTimestamp());
+		pg_atomic_write_u64(&shared->heartbeat, (uint64) rw_now_ms());
 
 		MemoryContextReset(cxt);
 		{
@@ -645,9 +641,9 @@ rw_keeper_main(Datum arg)
 			next = keeper_cycle();
 			MemoryContextSwitchTo(old);
 		}
-		pg_atomic_write_u64(&shared->heartbeat, (uint64) GetCurrentTimestamp());
+		pg_atomic_write_u64(&shared->heartbeat, (uint64) rw_now_ms());
 
-		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next);
+		ms = (long) Min(next - rw_now_ms(), KEEPER_MAX_SLEEP_MS);
 		if (ms > 0)
 		{
 			(void) WaitLatch(MyLatch,
@@ -659,18 +655,18 @@ rw_keeper_main(Datum arg)
 }
 
 /* ---------------------------------------------------------------------
- * SQL: redis_locks, redis_renew()
+ * SQL: redis_locks
  * --------------------------------------------------------------------- */
 
 /* A copy of one slot, taken under the lock, for the view. */
 typedef struct SlotRow
 {
 	int			pid;
-	char		modes[2];
+	uint8		modes[2];
 	bool		lost;
 	int64		token;
 	TimestampTz acquired;
-	TimestampTz lease_until;
+	int64		lease_end_ms;	/* monotonic */
 	char	   *owner;
 	char	   *name;
 } SlotRow;
@@ -686,7 +682,7 @@ redis_locks(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	SlotRow    *rows;
 	int			n = 0;
-	TimestampTz now = GetCurrentTimestamp();
+	int64		now = rw_now_ms();
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (shared == NULL)
@@ -706,9 +702,7 @@ redis_locks(PG_FUNCTION_ARGS)
 		rows[n].lost = s->lost;
 		rows[n].token = s->token;
 		rows[n].acquired = s->acquired;
-		rows[n].lease_until =
-			TimestampTzPlusMilliseconds((TimestampTz) pg_atomic_read_u64(&s->renewed),
-										s->lease_ms);
+		rows[n].lease_end_ms = (int64) pg_atomic_read_u64(&s->renewed) + s->lease_ms;
 		rows[n].owner = pstrdup(s->owner);
 		rows[n].name = pstrdup(s->name);
 		n++;
@@ -721,34 +715,22 @@ redis_locks(PG_FUNCTION_ARGS)
 		{
 			Datum		values[9];
 			bool		nulls[9] = {0};
-			char		m = rows[i].modes[level];
+			RwMode		m = (RwMode) rows[i].modes[level];
 
-			if (m == '\0')
+			if (m == RW_NONE)
 				continue;
 			values[0] = Int32GetDatum(rows[i].pid);
 			values[1] = CStringGetTextDatum(rows[i].name);
-			values[2] = CStringGetTextDatum(m == 'w' ? "write" : "read");
+			values[2] = CStringGetTextDatum(m == RW_WRITE ? "write" : "read");
 			values[3] = CStringGetTextDatum(level == RW_SESSION ? "session" : "xact");
 			values[4] = Int64GetDatum(rows[i].token);
 			values[5] = TimestampTzGetDatum(rows[i].acquired);
-			values[6] = TimestampTzGetDatum(rows[i].lease_until);
+			values[6] = TimestampTzGetDatum(rw_mono_to_timestamp(rows[i].lease_end_ms));
 			values[7] = CStringGetTextDatum(rows[i].lost ? "lost" :
-											rows[i].lease_until < now ? "expired" : "held");
+											rows[i].lease_end_ms < now ? "expired" : "held");
 			values[8] = CStringGetTextDatum(rows[i].owner);
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}
 	return (Datum) 0;
-}
-
-/*
- * redis_renew(): renew every lease this session holds, now, whether or not
- * the keeper runs. Returns how many holds were renewed; each hold found
- * lost gives a WARNING naming it.
- */
-PG_FUNCTION_INFO_V1(redis_renew);
-Datum
-redis_renew(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_INT32(rw_renew_due(true, NULL));
 }

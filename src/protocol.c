@@ -73,7 +73,20 @@ rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 	MemoryContextSwitchTo(old);
 }
 
-/* Free what rw_build_keys allocated. */
+/* Copy keys into cxt. */
+void
+rw_copy_keys(const RwKeys *from, RwKeys *to, MemoryContext cxt)
+{
+	for (int i = 0; i < 3; i++)
+	{
+		to->key[i] = MemoryContextStrdup(cxt, from->key[i]);
+		to->len[i] = from->len[i];
+	}
+	to->channel = MemoryContextStrdup(cxt, from->channel);
+	to->channel_len = from->channel_len;
+}
+
+/* Free what rw_build_keys or rw_copy_keys allocated. */
 void
 rw_free_keys(RwKeys *keys)
 {
@@ -82,14 +95,10 @@ rw_free_keys(RwKeys *keys)
 	pfree(keys->channel);
 }
 
-/* An error or unexpected reply: free it and report, or fill *err. */
+/* An error or unexpected reply: free it and fill *err. */
 static void
-bad_reply(RwConn *conn, redisReply *r, const char *script, int flags, RwError *err)
+proto_bad_reply(redisReply *r, const char *script, RwError *err)
 {
-	RwError		local;
-
-	if (err == NULL)
-		err = &local;
 	err->kind = RW_ERR_REPLY;
 	if (r->type == REDIS_REPLY_ERROR)
 		snprintf(err->msg, sizeof(err->msg), "%s", r->str);
@@ -97,41 +106,44 @@ bad_reply(RwConn *conn, redisReply *r, const char *script, int flags, RwError *e
 		snprintf(err->msg, sizeof(err->msg),
 				 "unexpected reply of type %d to the %s script", r->type, script);
 	freeReplyObject(r);
-	if (!(flags & RW_NOTHROW))
-		rw_raise(conn, err);
 }
 
 static bool
-is_int(redisReply *r)
+proto_is_int(redisReply *r)
 {
 	return r->type == REDIS_REPLY_INTEGER;
 }
 
 static bool
-is_str(redisReply *r)
+proto_is_str(redisReply *r)
 {
 	return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS;
 }
 
-/* Run one script; throws unless RW_NOTHROW. NULL if it failed. */
+static const char *
+proto_mode_arg(RwMode mode)
+{
+	return mode == RW_WRITE ? "w" : "r";
+}
+
+static const char *
+proto_keep_arg(RwKeep keep)
+{
+	return keep == RW_KEEP_READ ? "r" : keep == RW_KEEP_ALL ? "q" : "";
+}
+
+/* Run one script; NULL with *err set if Redis could not be asked. */
 static redisReply *
-run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
-		const RwKeys *keys, int flags, RwError *err)
+proto_run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
+			  const RwKeys *keys, RwError *err)
 {
 	RwScriptCall call;
-	RwError		local;
 	redisReply *r;
 
-	if (err == NULL)
-		err = &local;
 	rw_script_prepare(&call, id, 3, (const char *const *) keys->key, keys->len,
 					  nargs, args);
-	if (!rw_script_run(conn, &call, 1, &r, flags, err))
-	{
-		if (!(flags & RW_NOTHROW))
-			rw_raise(conn, err);
+	if (!rw_script_run(conn, &call, 1, &r, err))
 		return NULL;
-	}
 	return r;
 }
 
@@ -139,75 +151,118 @@ run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
  * Try once to take the lock. RW_GRANTED: *result is the fencing token.
  * RW_BUSY: *result is the longest to sleep before trying again, ms.
  * RW_UPGRADE_CONFLICT: *other is the reader that already waits to upgrade.
+ * RW_ACQ_FAILED: *err says why; err->maybe_sent whether the script may
+ * have run (and granted) all the same. Never throws.
  */
 RwAcquireStatus
-rw_proto_acquire(RwConn *conn, const RwKeys *keys, char mode, int lease_ms,
-				 int intent_ms, int64 *result, char **other)
+rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode, int lease_ms,
+				 int intent_ms, int64 *result, char **other, RwError *err)
 {
-	char		modestr[2] = {mode, '\0'};
 	char		lease[16],
 				intent[16],
 				keep[16];
-	const char *args[6] = {RW_PROTOCOL_VERSION, rw_owner_id(), modestr,
-	lease, intent, keep};
+	const char *args[6] = {RW_PROTOCOL_VERSION, rw_owner_id(),
+	proto_mode_arg(mode), lease, intent, keep};
 	redisReply *r;
 	int64		status;
 
 	snprintf(lease, sizeof(lease), "%d", lease_ms);
 	snprintf(intent, sizeof(intent), "%d", intent_ms);
 	snprintf(keep, sizeof(keep), "%d", RW_KEEP_TOKEN_MS);
-	r = run_one(conn, RW_SCRIPT_ACQUIRE, 6, args, keys, 0, NULL);
+	r = proto_run_one(conn, RW_SCRIPT_ACQUIRE, 6, args, keys, err);
+	if (r == NULL)
+		return RW_ACQ_FAILED;
 
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_int(r->element[0]))
-		bad_reply(conn, r, "acquire", 0, NULL);
+	/* An error reply comes before the script's only write: nothing granted. */
+	err->maybe_sent = false;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !proto_is_int(r->element[0]))
+	{
+		proto_bad_reply(r, "acquire", err);
+		return RW_ACQ_FAILED;
+	}
 	status = r->element[0]->integer;
-	if (status == -1 && is_str(r->element[1]))
+	if (status == -1 && proto_is_str(r->element[1]))
 	{
 		*other = pnstrdup(r->element[1]->str, r->element[1]->len);
 		freeReplyObject(r);
 		return RW_UPGRADE_CONFLICT;
 	}
-	if ((status != 0 && status != 1) || !is_int(r->element[1]))
-		bad_reply(conn, r, "acquire", 0, NULL);
+	if ((status != 0 && status != 1) || !proto_is_int(r->element[1]))
+	{
+		proto_bad_reply(r, "acquire", err);
+		return RW_ACQ_FAILED;
+	}
 	*result = r->element[1]->integer;
 	freeReplyObject(r);
 	return status == 1 ? RW_GRANTED : RW_BUSY;
 }
 
+/* The arguments of release.lua after its keys; bufs must outlive args. */
+static void
+proto_release_args(RwKeep keep, int lease_ms, const char **args,
+				   char *lease, char *keeptoken)
+{
+	snprintf(lease, 16, "%d", lease_ms);
+	snprintf(keeptoken, 16, "%d", RW_KEEP_TOKEN_MS);
+	args[0] = RW_PROTOCOL_VERSION;
+	args[1] = rw_owner_id();
+	args[2] = proto_keep_arg(keep);
+	args[3] = lease;
+	args[4] = keeptoken;
+}
+
 /*
  * Release what this session holds of the lock in Redis, keeping a read lock
- * if keep is 'r', or only withdraw a waiting writer's intent if keep is 'q'.
- * Returns 1 if the hold was still ours, 0 if it had been lost, -1 if Redis
- * could not be asked (only with RW_NOTHROW; *err says why).
+ * (RW_KEEP_READ, with a lease of lease_ms) or only withdrawing a waiting
+ * writer's intent (RW_KEEP_ALL), and wait for the answer: 1 if the hold was
+ * still ours, 0 if it had been lost, -1 if Redis could not be asked or
+ * answered with an error (*err says which). Never throws.
  */
 int
-rw_proto_release(RwConn *conn, const RwKeys *keys, char keep, int lease_ms,
-				 int flags, RwError *err)
+rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep, int lease_ms,
+				 RwError *err)
 {
-	char		keepstr[2] = {keep, '\0'};
 	char		lease[16],
 				keeptoken[16];
-	const char *args[5] = {RW_PROTOCOL_VERSION, rw_owner_id(), keepstr,
-	lease, keeptoken};
+	const char *args[5];
 	redisReply *r;
 
-	snprintf(lease, sizeof(lease), "%d", lease_ms);
-	snprintf(keeptoken, sizeof(keeptoken), "%d", RW_KEEP_TOKEN_MS);
-	r = run_one(conn, RW_SCRIPT_RELEASE, 5, args, keys, flags, err);
+	proto_release_args(keep, lease_ms, args, lease, keeptoken);
+	r = proto_run_one(conn, RW_SCRIPT_RELEASE, 5, args, keys, err);
 	if (r == NULL)
 		return -1;
-	return rw_proto_release_result(conn, r, flags, err);
+	return rw_proto_release_result(r, err);
+}
+
+/*
+ * Queue the same release, as EVAL, with a tag: the caller sends it and
+ * reads its answer later (rw_proto_release_result). The connection must be
+ * open.
+ */
+void
+rw_proto_release_append(RwConn *conn, const RwKeys *keys, RwKeep keep,
+						int lease_ms, void *tag)
+{
+	char		lease[16],
+				keeptoken[16];
+	const char *args[5];
+	RwScriptCall call;
+
+	proto_release_args(keep, lease_ms, args, lease, keeptoken);
+	rw_script_prepare(&call, RW_SCRIPT_RELEASE, 3,
+					  (const char *const *) keys->key, keys->len, 5, args);
+	rw_script_append_eval(conn, &call, tag);
 }
 
 /* What a release script answered (the reply is freed): 1, 0, or -1. */
 int
-rw_proto_release_result(RwConn *conn, redisReply *r, int flags, RwError *err)
+rw_proto_release_result(redisReply *r, RwError *err)
 {
 	int			held;
 
-	if (!is_int(r) || (r->integer != 0 && r->integer != 1))
+	if (!proto_is_int(r) || (r->integer != 0 && r->integer != 1))
 	{
-		bad_reply(conn, r, "release", flags, err);
+		proto_bad_reply(r, "release", err);
 		return -1;
 	}
 	held = (int) r->integer;
@@ -216,47 +271,17 @@ rw_proto_release_result(RwConn *conn, redisReply *r, int flags, RwError *err)
 }
 
 /*
- * Send the release of everything this session holds of the lock, without
- * waiting for the answer: rw_proto_release_result reads it later (a NOSCRIPT
- * answer means it did not run). False if it could not be sent.
+ * Renew n holds on one connection, pipelined, on behalf of owners[i] (NULL
+ * owners: this session's; the keeper renews for others). held[i] becomes 1
+ * if hold i is still its owner's (its lease now runs lease_ms[i] from now),
+ * 0 if it was lost, -1 if Redis answered with an error (logged). renew.lua
+ * only extends what the owner still holds, so a renewal that crosses a
+ * release never brings the lock back. Returns false, with *err, if the
+ * connection failed. Never throws.
  */
 bool
-rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwError *err)
-{
-	char		keeptoken[16];
-	const char *args[5] = {RW_PROTOCOL_VERSION, rw_owner_id(), "", "0",
-	keeptoken};
-	RwScriptCall call;
-
-	snprintf(keeptoken, sizeof(keeptoken), "%d", RW_KEEP_TOKEN_MS);
-	rw_script_prepare(&call, RW_SCRIPT_RELEASE, 3,
-					  (const char *const *) keys->key, keys->len, 5, args);
-	err->kind = RW_OK;
-	return rw_script_send(conn, &call, RW_NOTHROW, err);
-}
-
-/*
- * Renew n holds on one connection, pipelined: held[i] becomes 1 if hold i is
- * still ours (its lease now runs lease_ms[i] from now), 0 if it was lost, -1
- * if Redis answered with an error. Returns false if the connection failed.
- */
-bool
-rw_proto_renew_batch(RwConn *conn, RwKeys **keys, const int *lease_ms, int n,
-					 int *held, int flags, RwError *err)
-{
-	return rw_proto_renew_owners(conn, keys, NULL, lease_ms, n, held, flags, err);
-}
-
-/*
- * The same on behalf of other sessions: owners[i] is the owner id hold i was
- * taken with (NULL owners: this session's). The keeper renews this way.
- * renew.lua only extends what the owner still holds, so a renewal that
- * crosses a release never brings the lock back.
- */
-bool
-rw_proto_renew_owners(RwConn *conn, RwKeys **keys, const char *const *owners,
-					  const int *lease_ms, int n, int *held, int flags,
-					  RwError *err)
+rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
+			   const int *lease_ms, int n, int *held, RwError *err)
 {
 	RwScriptCall *calls = palloc(sizeof(RwScriptCall) * n);
 	redisReply **replies = palloc(sizeof(redisReply *) * n);
@@ -276,15 +301,15 @@ rw_proto_renew_owners(RwConn *conn, RwKeys **keys, const char *const *owners,
 						  (const char *const *) keys[i]->key, keys[i]->len,
 						  4, args);
 	}
-	ok = rw_script_run(conn, calls, n, replies, flags, err);
+	ok = rw_script_run(conn, calls, n, replies, err);
 	for (int i = 0; ok && i < n; i++)
 	{
 		redisReply *r = replies[i];
 
-		held[i] = (is_int(r) && (r->integer == 0 || r->integer == 1)) ?
+		held[i] = (proto_is_int(r) && (r->integer == 0 || r->integer == 1)) ?
 			(int) r->integer : -1;
 		if (held[i] < 0)
-			elog(WARNING, "rwlock: renewing a lease failed: %s",
+			elog(LOG, "rwlock: renewing a lease failed: %s",
 				 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
 		freeReplyObject(r);
 	}
@@ -296,7 +321,7 @@ rw_proto_renew_owners(RwConn *conn, RwKeys **keys, const char *const *owners,
 
 /* Owners and their ms left, from a flat [owner, ms, owner, ms...] list. */
 static bool
-take_pairs(redisReply *list, int *n, char ***owners, int64 **ms)
+proto_take_pairs(redisReply *list, int *n, char ***owners, int64 **ms)
 {
 	if (list->type != REDIS_REPLY_ARRAY || list->elements % 2 != 0)
 		return false;
@@ -308,7 +333,7 @@ take_pairs(redisReply *list, int *n, char ***owners, int64 **ms)
 		redisReply *o = list->element[2 * i];
 		redisReply *t = list->element[2 * i + 1];
 
-		if (!is_str(o) || !is_int(t))
+		if (!proto_is_str(o) || !proto_is_int(t))
 			return false;
 		(*owners)[i] = pnstrdup(o->str, o->len);
 		(*ms)[i] = t->integer;
@@ -321,14 +346,21 @@ void
 rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info)
 {
 	const char *args[1] = {RW_PROTOCOL_VERSION};
-	redisReply *r = run_one(conn, RW_SCRIPT_INFO, 1, args, keys, 0, NULL);
-	redisReply **e = r->element;
+	RwError		err;
+	redisReply *r = proto_run_one(conn, RW_SCRIPT_INFO, 1, args, keys, &err);
+	redisReply **e;
 
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 || !is_str(e[0]) ||
-		!is_int(e[1]) || !is_str(e[2]) || !is_int(e[3]) ||
-		!take_pairs(e[4], &info->nreaders, &info->readers, &info->reader_ms) ||
-		!take_pairs(e[5], &info->nwaiting, &info->waiting, &info->waiting_ms))
-		bad_reply(conn, r, "info", 0, NULL);
+	if (r == NULL)
+		rw_raise(conn, &err);
+	e = r->element;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 || !proto_is_str(e[0]) ||
+		!proto_is_int(e[1]) || !proto_is_str(e[2]) || !proto_is_int(e[3]) ||
+		!proto_take_pairs(e[4], &info->nreaders, &info->readers, &info->reader_ms) ||
+		!proto_take_pairs(e[5], &info->nwaiting, &info->waiting, &info->waiting_ms))
+	{
+		proto_bad_reply(r, "info", &err);
+		rw_raise(conn, &err);
+	}
 	strlcpy(info->state, e[0]->str, sizeof(info->state));
 	info->token = e[1]->integer;
 	info->writer = e[2]->len > 0 ? pnstrdup(e[2]->str, e[2]->len) : NULL;

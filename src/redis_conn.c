@@ -1,309 +1,81 @@
 /*-------------------------------------------------------------------------
  *
  * redis_conn.c
- *	  Connections from this backend to Redis nodes.
+ *	  One connection from this backend to a Redis node: the socket, hiredis
+ *	  as the protocol codec, and every wait on the socket.
  *
- * hiredis is used in non-blocking mode only as a protocol codec and buffer:
- * every wait for the socket goes through a WaitEventSet that also watches the
- * process latch and postmaster death, so a backend talking to a dead or
- * stalled Redis stays responsive, and no wait outlasts rwlock.connect_timeout
- * or rwlock.command_timeout.
+ * hiredis is used in non-blocking mode only, as a codec and a buffer: every
+ * wait goes through a WaitEventSet that also watches the process latch and
+ * postmaster death, and every wait has a deadline on the monotonic clock.
  *
  * Rules kept here:
- *	- a connection whose exchange failed (lost, timed out, garbled) is closed
- *	  at once: nothing ever reads a stale reply off a kept connection;
- *	- while a command is in flight, interrupts are not served (they are left
- *	  pending for the caller): a lock command either completes, so its caller
- *	  knows what Redis did, or times out and the connection is dropped;
- *	- several requests, on several nodes, can be sent and awaited together
- *	  (rw_exchange), which is what quorum and cluster fan-out will need.
+ *	- interrupts win: a cancel or terminate that arrives while a command is
+ *	  in flight closes the connection and fails the exchange with
+ *	  RW_ERR_INTERRUPTED at once; the caller records what the command may
+ *	  have done (err->maybe_sent) and then serves the interrupt. Lock waits,
+ *	  which have nothing in flight, serve interrupts directly;
+ *	- a connection whose exchange failed (lost, timed out, interrupted,
+ *	  garbled) is closed at once: nothing ever reads a stale reply off a
+ *	  kept connection;
+ *	- at most one connection attempt per node per call (rw_call_begin marks
+ *	  a call): after a failed attempt the rest of the call fails fast;
+ *	- commands may be sent with a tag, without waiting for their replies
+ *	  (releases at transaction end): their replies are read first by any
+ *	  later exchange and kept, with their tags, until rw_take_late; if the
+ *	  connection closes first, each such tag is handed back with no reply;
+ *	- a caller that must not wait long (a commit, backend exit) caps every
+ *	  deadline with rw_conn_limit().
  *
  *-------------------------------------------------------------------------
  */
 #include "rwlock.h"
 
+#include <limits.h>
 #include <sys/socket.h>
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "portability/instr_time.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-static RwNode *nodes = NULL;	/* every node this session knows */
-static RwNode *current = NULL;	/* where new acquisitions go */
+#define CONN_NO_DEADLINE PG_INT64_MAX
 
-/* ---------------------------------------------------------------------
- * URLs
- * --------------------------------------------------------------------- */
+static uint64 conn_call_id = 1;
+static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
 
-static char *
-percent_decode(const char *s, int len)
+/* A new SQL call or callback: each may try to connect to a node once. */
+void
+rw_call_begin(void)
 {
-	char	   *out = palloc(len + 1);
-	int			o = 0;
-
-	for (int i = 0; i < len; i++)
-	{
-		if (s[i] == '%' && i + 2 < len &&
-			isxdigit((unsigned char) s[i + 1]) && isxdigit((unsigned char) s[i + 2]))
-		{
-			char		hex[3] = {s[i + 1], s[i + 2], 0};
-
-			out[o++] = (char) strtol(hex, NULL, 16);
-			i += 2;
-		}
-		else
-			out[o++] = s[i];
-	}
-	out[o] = '\0';
-	return out;
-}
-
-/* user[:password] before '@', if any; returns the part after it */
-static const char *
-parse_userinfo(const char *s, const char *end, RwEndpoint *ep, char **why)
-{
-	const char *at = NULL;
-
-	for (const char *p = s; p < end; p++)
-		if (*p == '@')
-			at = p;
-	if (at == NULL)
-		return s;
-
-	{
-		const char *colon = memchr(s, ':', at - s);
-
-		if (colon == NULL)
-		{
-			*why = "A user name needs a password: user:password@.";
-			return NULL;
-		}
-		if (colon > s)
-			ep->user = percent_decode(s, colon - s);
-		ep->password = percent_decode(colon + 1, at - colon - 1);
-	}
-	return at + 1;
-}
-
-static bool
-parse_int(const char *s, int len, int min, int max, int *out)
-{
-	long		v = 0;
-
-	if (len <= 0 || len > 9)
-		return false;
-	for (int i = 0; i < len; i++)
-	{
-		if (!isdigit((unsigned char) s[i]))
-			return false;
-		v = v * 10 + (s[i] - '0');
-	}
-	if (v < min || v > max)
-		return false;
-	*out = (int) v;
-	return true;
-}
-
-static bool
-parse_tcp(const char *s, RwEndpoint *ep, char **why)
-{
-	const char *end = s + strcspn(s, "/");
-	const char *hostend;
-	const char *p;
-
-	p = parse_userinfo(s, end, ep, why);
-	if (p == NULL)
-		return false;
-	if (*p == '[')
-	{
-		hostend = memchr(p, ']', end - p);
-		if (hostend == NULL)
-		{
-			*why = "An IPv6 address must be closed by ].";
-			return false;
-		}
-		ep->host = pnstrdup(p + 1, hostend - p - 1);
-		p = hostend + 1;
-	}
-	else
-	{
-		hostend = p + strcspn(p, ":/");
-		if (hostend > end)
-			hostend = end;
-		ep->host = pnstrdup(p, hostend - p);
-		p = hostend;
-	}
-	if (ep->host[0] == '\0')
-	{
-		*why = "The URL names no host.";
-		return false;
-	}
-	ep->port = 6379;
-	if (p < end && *p == ':' && !parse_int(p + 1, end - p - 1, 1, 65535, &ep->port))
-	{
-		*why = "The port must be a number from 1 to 65535.";
-		return false;
-	}
-	else if (p < end && *p != ':')
-	{
-		*why = "Unexpected characters after the host.";
-		return false;
-	}
-	if (*end == '/' && end[1] != '\0' &&
-		!parse_int(end + 1, strlen(end + 1), 0, 1000000, &ep->db))
-	{
-		*why = "The database must be a number after the last /.";
-		return false;
-	}
-	return true;
-}
-
-static bool
-parse_unix(const char *s, RwEndpoint *ep, char **why)
-{
-	const char *slash = strchr(s, '/');
-	const char *q;
-
-	if (slash == NULL)
-	{
-		*why = "A unix:// URL needs an absolute socket path.";
-		return false;
-	}
-	if (parse_userinfo(s, slash, ep, why) == NULL)
-		return false;
-	if (parse_userinfo(s, slash, ep, why) != slash)
-	{
-		*why = "A unix:// URL needs an absolute socket path.";
-		return false;
-	}
-	q = strchr(slash, '?');
-	ep->path = q ? pnstrdup(slash, q - slash) : pstrdup(slash);
-	if (q && (strncmp(q, "?db=", 4) != 0 ||
-			  !parse_int(q + 4, strlen(q + 4), 0, 1000000, &ep->db)))
-	{
-		*why = "The only option of a unix:// URL is ?db=N.";
-		return false;
-	}
-	ep->is_unix = true;
-	return true;
+	conn_call_id++;
 }
 
 /*
- * Parse a URL into *ep (strings palloc'd in the current context). On failure
- * returns false and points *why at a sentence saying what is wrong.
+ * Cap every deadline until called again with 0: COMMIT and backend exit
+ * must return within a bound, whatever the settings.
  */
-bool
-rw_parse_url(const char *url, RwEndpoint *ep, char **why)
-{
-	bool		ok;
-
-	memset(ep, 0, sizeof(*ep));
-	if (strncmp(url, "redis://", 8) == 0)
-		ok = parse_tcp(url + 8, ep, why);
-	else if (strncmp(url, "unix://", 7) == 0)
-		ok = parse_unix(url + 7, ep, why);
-	else
-	{
-		*why = "The URL must start with redis:// or unix://.";
-		ok = false;
-	}
-	if (!ok)
-		return false;
-	ep->url = pstrdup(url);
-	if (ep->is_unix)
-		ep->display = psprintf("unix://%s%s%s?db=%d",
-							   ep->user ? ep->user : "", ep->user ? "@" : "",
-							   ep->path, ep->db);
-	else
-		ep->display = psprintf("redis://%s%s%s%s%s:%d/%d",
-							   ep->user ? ep->user : "", ep->user ? "@" : "",
-							   strchr(ep->host, ':') ? "[" : "", ep->host,
-							   strchr(ep->host, ':') ? "]" : "",
-							   ep->port, ep->db);
-	return true;
-}
-
-/* ---------------------------------------------------------------------
- * Nodes
- * --------------------------------------------------------------------- */
-
-static RwNode *
-node_create(const char *url)
-{
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-	RwNode	   *node = palloc0(sizeof(RwNode));
-	char	   *why;
-
-	/* The GUC's check hook accepted this URL already. */
-	if (!rw_parse_url(url, &node->ep, &why))
-		elog(ERROR, "rwlock.redis_url became invalid: %s", why);
-	node->cmd.node = node;
-	node->sub.node = node;
-	node->sub.is_subscriber = true;
-	node->next = nodes;
-	nodes = node;
-	MemoryContextSwitchTo(old);
-	return node;
-}
-
-/* The node that new acquisitions go to: the one rwlock.redis_url names. */
-RwNode *
-rw_current_node(void)
-{
-	if (current != NULL && strcmp(current->ep.url, rw_redis_url) == 0)
-		return current;
-
-	current = NULL;
-	for (RwNode *n = nodes; n != NULL; n = n->next)
-		if (strcmp(n->ep.url, rw_redis_url) == 0)
-			current = n;
-	if (current == NULL)
-		current = node_create(rw_redis_url);
-
-	/* Old nodes stay only while holds live on them. */
-	for (RwNode *n = nodes, *next; n != NULL; n = next)
-	{
-		next = n->next;
-		rw_node_forget_if_unused(n);
-	}
-	return current;
-}
-
-/* For walking every node (exit, renewal, connection info). */
-RwNode *
-rw_first_node(void)
-{
-	return nodes;
-}
-
-/* Close and free a node that is neither current nor holding anything. */
 void
-rw_node_forget_if_unused(RwNode *node)
+rw_conn_limit(int64 deadline)
 {
-	RwNode	  **link;
-
-	if (node == current || node->nholds > 0 || node->nsent > 0)
-		return;
-	rw_conn_close(&node->cmd);
-	rw_conn_close(&node->sub);
-	for (link = &nodes; *link != NULL; link = &(*link)->next)
-	{
-		if (*link == node)
-		{
-			*link = node->next;
-			break;
-		}
-	}
-	/* Endpoint strings are few and small; the node itself goes. */
-	pfree(node);
+	conn_cap = deadline > 0 ? deadline : CONN_NO_DEADLINE;
 }
 
-/* ---------------------------------------------------------------------
- * Waiting on sockets
- * --------------------------------------------------------------------- */
+static int64
+conn_deadline(int timeout_ms)
+{
+	return Min(rw_now_ms() + timeout_ms, conn_cap);
+}
+
+/* The wall-clock time of a monotonic instant. */
+TimestampTz
+rw_mono_to_timestamp(int64 mono_ms)
+{
+	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+									   mono_ms - rw_now_ms());
+}
 
 static void
 set_error(RwError *err, RwErrKind kind, const char *fmt,...) pg_attribute_printf(3, 4);
@@ -319,24 +91,31 @@ set_error(RwError *err, RwErrKind kind, const char *fmt,...)
 	va_end(ap);
 }
 
-static long
-ms_until(TimestampTz deadline)
+/*
+ * Whether an interrupt wants the current wait cut short: terminate always
+ * (but not while the backend already exits: its waits are bounded by the
+ * exit budget); cancel and statement_timeout where the backend would serve
+ * them (not inside a commit, which holds interrupts).
+ */
+static bool
+conn_interrupt_wanted(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (now >= deadline)
-		return 0;
-	return TimestampDifferenceMilliseconds(now, deadline);
+	if (proc_exit_inprogress)
+		return false;
+	if (ProcDiePending)
+		return true;
+	return QueryCancelPending && InterruptHoldoffCount == 0 &&
+		QueryCancelHoldoffCount == 0 && CritSectionCount == 0;
 }
 
 /*
  * Wait until the connection's socket is ready for `events` or the deadline
  * passes. Returns the ready events, 0 on timeout, -1 if the postmaster died
- * while this process is already exiting. The latch only wakes us; interrupts
- * are served here only with RW_INTERRUPTIBLE.
+ * while this process is already exiting, -2 if an interrupt wants the wait
+ * to end. With serve, interrupts are served here instead (they throw).
  */
 static int
-conn_wait(RwConn *conn, uint32 events, TimestampTz deadline, int flags)
+conn_wait(RwConn *conn, uint32 events, int64 deadline, bool serve)
 {
 	WaitEvent	ev;
 
@@ -347,17 +126,20 @@ conn_wait(RwConn *conn, uint32 events, TimestampTz deadline, int flags)
 	}
 	for (;;)
 	{
-		long		timeout = ms_until(deadline);
+		int64		left = deadline - rw_now_ms();
 
-		if (timeout <= 0)
+		if (serve)
+			CHECK_FOR_INTERRUPTS();
+		else if (conn_interrupt_wanted())
+			return -2;
+		if (left <= 0)
 			return 0;
-		if (WaitEventSetWait(conn->wes, timeout, &ev, 1, PG_WAIT_EXTENSION) == 0)
+		if (WaitEventSetWait(conn->wes, deadline == CONN_NO_DEADLINE ? -1 : (long) Min(left, INT_MAX),
+							 &ev, 1, PG_WAIT_EXTENSION) == 0)
 			continue;
 		if (ev.events & WL_LATCH_SET)
 		{
 			ResetLatch(MyLatch);
-			if (flags & RW_INTERRUPTIBLE)
-				CHECK_FOR_INTERRUPTS();
 			continue;
 		}
 		if (ev.events & WL_POSTMASTER_DEATH)
@@ -372,16 +154,57 @@ conn_wait(RwConn *conn, uint32 events, TimestampTz deadline, int flags)
 
 /*
  * Wait, serving interrupts, until the connection has something to read or
- * timeout_ms passes (-1: no limit). Used by lock waits, which hold nothing
- * in flight and so may be cancelled at any moment.
+ * timeout_ms passes (-1: no limit). For lock waits, which have nothing in
+ * flight and so may be cancelled at any moment.
  */
 bool
 rw_conn_wait_readable(RwConn *conn, long timeout_ms)
 {
-	TimestampTz deadline = timeout_ms < 0 ? DT_NOEND :
-		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	int64		deadline = timeout_ms < 0 ? conn_cap : conn_deadline(timeout_ms);
 
-	return conn_wait(conn, WL_SOCKET_READABLE, deadline, RW_INTERRUPTIBLE) > 0;
+	return conn_wait(conn, WL_SOCKET_READABLE, deadline, true) > 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Replies owed to tagged commands
+ * --------------------------------------------------------------------- */
+
+static void
+conn_keep_late(RwConn *conn, void *tag, redisReply *reply)
+{
+	if (conn->nlate == conn->caplate)
+	{
+		conn->caplate = Max(8, conn->caplate * 2);
+		conn->late = conn->late ?
+			repalloc(conn->late, conn->caplate * sizeof(RwLate)) :
+			MemoryContextAlloc(TopMemoryContext, conn->caplate * sizeof(RwLate));
+	}
+	conn->late[conn->nlate].tag = tag;
+	conn->late[conn->nlate++].reply = reply;
+}
+
+/* The oldest owed reply arrived: move it, with its tag, to the late list. */
+static void
+conn_owed_answered(RwConn *conn, redisReply *reply)
+{
+	void	   *tag = conn->owed[0];
+
+	conn->nowed--;
+	memmove(conn->owed, conn->owed + 1, conn->nowed * sizeof(void *));
+	conn_keep_late(conn, tag, reply);
+}
+
+static void
+conn_owe(RwConn *conn, void *tag)
+{
+	if (conn->nowed == conn->capowed)
+	{
+		conn->capowed = Max(8, conn->capowed * 2);
+		conn->owed = conn->owed ?
+			repalloc(conn->owed, conn->capowed * sizeof(void *)) :
+			MemoryContextAlloc(TopMemoryContext, conn->capowed * sizeof(void *));
+	}
+	conn->owed[conn->nowed++] = tag;
 }
 
 /* ---------------------------------------------------------------------
@@ -402,16 +225,27 @@ rw_conn_close(RwConn *conn)
 		conn->ctx = NULL;
 		ReleaseExternalFD();
 	}
-	/* Replies still owed are lost; the sender learns it from the epoch. */
-	conn->owed = 0;
+	/* Replies still owed will never come: hand their tags back empty. */
+	while (conn->nowed > 0)
+		conn_owed_answered(conn, NULL);
 }
 
+/* Fail what is in progress on a connection: record why, then close it. */
 static bool
-make_wait_set(RwConn *conn, int flags, RwError *err)
+conn_fail(RwConn *conn, RwError *err, RwErrKind kind, const char *msg)
+{
+	set_error(err, kind, "%s", msg);
+	rw_conn_close(conn);
+	return false;
+}
+
+/* CreateWaitEventSet may ERROR (no descriptors); a callback must not. */
+static bool
+conn_make_wait_set(RwConn *conn, RwError *err)
 {
 	volatile bool ok = true;
+	MemoryContext cxt = CurrentMemoryContext;
 
-	/* CreateWaitEventSet may ERROR (no descriptors); some callers can't. */
 	PG_TRY();
 	{
 		conn->wes = CreateWaitEventSet(TopMemoryContext, 3);
@@ -423,8 +257,7 @@ make_wait_set(RwConn *conn, int flags, RwError *err)
 	}
 	PG_CATCH();
 	{
-		if (!(flags & RW_NOTHROW))
-			PG_RE_THROW();
+		MemoryContextSwitchTo(cxt);
 		FlushErrorState();
 		set_error(err, RW_ERR_CONNECT, "could not create a wait event set");
 		ok = false;
@@ -433,80 +266,91 @@ make_wait_set(RwConn *conn, int flags, RwError *err)
 	return ok;
 }
 
-static bool exchange(RwRequest *reqs, int nreqs, TimestampTz deadline, int flags);
+static bool conn_exchange(RwConn *conn, int nreplies, redisReply **replies,
+						  int64 deadline, const char *limit, int limit_ms,
+						  RwError *err);
 
-/* AUTH and SELECT as the URL asks, and a client name for CLIENT LIST. */
+/* An error reply in the handshake: credentials refused, or another failure. */
 static bool
-handshake(RwConn *conn, TimestampTz deadline, int flags, RwError *err)
+conn_handshake_error(redisReply *r, const char *command, RwError *err)
+{
+	bool		auth = strncmp(r->str, "NOAUTH", 6) == 0 ||
+		strncmp(r->str, "WRONGPASS", 9) == 0 || strcmp(command, "AUTH") == 0;
+
+	if (strncmp(r->str, "NOAUTH", 6) == 0)
+		set_error(err, RW_ERR_AUTH, "Redis requires a password and rwlock.redis_url gives none: %s", r->str);
+	else
+		set_error(err, auth ? RW_ERR_AUTH : RW_ERR_CONNECT, "%s refused: %s",
+				  command, r->str);
+	return false;
+}
+
+/*
+ * AUTH and SELECT as the URL asks, and a client name for CLIENT LIST. A
+ * Redis that wants a password we did not give refuses CLIENT SETNAME with
+ * NOAUTH; another refusal of it (an ACL) is ignored.
+ */
+static bool
+conn_handshake(RwConn *conn, int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
-	RwRequest	req = {conn};
+	const char *commands[3];
+	redisReply *replies[3];
 	char		dbbuf[16];
 	char		namebuf[64];
+	int			n = 0;
 	bool		ok = true;
 
 	if (ep->password)
 	{
 		const char *argv[3] = {"AUTH", ep->user ? ep->user : ep->password, ep->password};
 
-		rw_append(&req, ep->user ? 3 : 2, argv, NULL);
+		rw_append(conn, ep->user ? 3 : 2, argv, NULL, NULL);
+		commands[n++] = "AUTH";
 	}
 	if (ep->db != 0)
 	{
 		const char *argv[2] = {"SELECT", dbbuf};
 
 		snprintf(dbbuf, sizeof(dbbuf), "%d", ep->db);
-		rw_append(&req, 2, argv, NULL);
+		rw_append(conn, 2, argv, NULL, NULL);
+		commands[n++] = "SELECT";
 	}
 	{
 		const char *argv[3] = {"CLIENT", "SETNAME", namebuf};
 
 		snprintf(namebuf, sizeof(namebuf), "rwlock:pg:%d%s", MyProcPid,
 				 conn->is_subscriber ? ":sub" : "");
-		rw_append(&req, 3, argv, NULL);
+		rw_append(conn, 3, argv, NULL, NULL);
+		commands[n++] = "CLIENT SETNAME";
 	}
-	if (!exchange(&req, 1, deadline, flags))
-	{
-		*err = req.err;
-		err->kind = RW_ERR_CONNECT;
+	if (!conn_exchange(conn, n, replies, deadline, "rwlock.connect_timeout",
+					   rw_connect_timeout_ms, err))
 		return false;
-	}
-	/* The last reply is CLIENT SETNAME's, which an ACL may refuse: ignored. */
-	for (int i = 0; i < req.nreceived - 1; i++)
+	for (int i = 0; i < n; i++)
 	{
-		redisReply *r = req.replies[i];
+		redisReply *r = replies[i];
 
-		if (r->type == REDIS_REPLY_ERROR)
-		{
-			set_error(err, RW_ERR_CONNECT, "%s refused: %s",
-					  (ep->password && i == 0) ? "AUTH" : "SELECT", r->str);
-			ok = false;
-			break;
-		}
+		if (ok && r->type == REDIS_REPLY_ERROR &&
+			(i < n - 1 || strncmp(r->str, "NOAUTH", 6) == 0))
+			ok = conn_handshake_error(r, commands[i], err);
+		freeReplyObject(r);
 	}
-	rw_request_free(&req);
+	if (!ok)
+		rw_conn_close(conn);
 	return ok;
 }
 
 static bool
-connect_fail(RwConn *conn, RwError *err, RwErrKind kind, const char *msg)
-{
-	set_error(err, kind, "%s", msg);
-	rw_conn_close(conn);
-	return false;
-}
-
-static bool
-conn_connect(RwConn *conn, int flags, RwError *err)
+conn_connect(RwConn *conn, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
-	TimestampTz deadline;
+	int64		deadline = conn_deadline(rw_connect_timeout_ms);
 	redisContext *ctx;
 	int			soerr = 0;
 	socklen_t	len = sizeof(soerr);
 	int			ready;
 
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), rw_connect_timeout_ms);
 	if (!AcquireExternalFD())
 	{
 		set_error(err, RW_ERR_CONNECT, "no file descriptor is free for a connection");
@@ -523,26 +367,29 @@ conn_connect(RwConn *conn, int flags, RwError *err)
 		return false;
 	}
 	conn->ctx = ctx;
-	if (!make_wait_set(conn, flags, err))
-		return connect_fail(conn, err, RW_ERR_CONNECT, err->msg);
+	if (!conn_make_wait_set(conn, err))
+		return conn_fail(conn, err, RW_ERR_CONNECT, err->msg);
 
-	ready = conn_wait(conn, WL_SOCKET_WRITEABLE, deadline, flags);
+	ready = conn_wait(conn, WL_SOCKET_WRITEABLE, deadline, false);
 	if (ready == 0)
-		return connect_fail(conn, err, RW_ERR_CONNECT,
-							psprintf("no answer within rwlock.connect_timeout (%d ms)",
-									 rw_connect_timeout_ms));
-	if (ready < 0)
-		return connect_fail(conn, err, RW_ERR_CONNECT, "postmaster died");
+		return conn_fail(conn, err, RW_ERR_CONNECT,
+						 psprintf("no answer within rwlock.connect_timeout (%d ms)",
+								  rw_connect_timeout_ms));
+	if (ready == -1)
+		return conn_fail(conn, err, RW_ERR_CONNECT, "postmaster died");
+	if (ready == -2)
+		return conn_fail(conn, err, RW_ERR_INTERRUPTED, "interrupted while connecting");
 	if (getsockopt(ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0 || soerr != 0)
-		return connect_fail(conn, err, RW_ERR_CONNECT, strerror(soerr ? soerr : errno));
+		return conn_fail(conn, err, RW_ERR_CONNECT, strerror(soerr ? soerr : errno));
 	if (!ep->is_unix)
 		redisEnableKeepAlive(ctx);
-	if (!handshake(conn, deadline, flags, err))
+	if (!conn_handshake(conn, deadline, err))
 	{
-		rw_conn_close(conn);
+		/* A timeout here is a failure to connect, not a slow command. */
+		if (err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_LOST)
+			err->kind = RW_ERR_CONNECT;
 		return false;
 	}
-	conn->epoch++;
 	return true;
 }
 
@@ -564,40 +411,44 @@ conn_went_away(RwConn *conn)
 }
 
 /*
- * Make sure the connection is open, connecting if it is not. Bounded by
- * rwlock.connect_timeout. With RW_INTERRUPTIBLE a cancel ends the attempt,
- * and the half-made connection is closed.
+ * Make sure the connection is open, connecting if it is not: bounded by
+ * rwlock.connect_timeout, cut short by interrupts, and tried at most once
+ * per call. Never throws.
  */
 bool
-rw_conn_ensure(RwConn *conn, int flags, RwError *err)
+rw_conn_ensure(RwConn *conn, RwError *err)
 {
-	volatile bool ok = false;
-
-	if (conn->ctx != NULL && !conn->is_subscriber && conn->owed == 0 &&
-		conn_went_away(conn))
+	err->kind = RW_OK;
+	err->maybe_sent = false;
+	if (conn->ctx != NULL && !conn->is_subscriber && conn->nowed == 0 &&
+		sdslen(conn->ctx->obuf) == 0 && conn_went_away(conn))
 		rw_conn_close(conn);
 	if (conn->ctx != NULL)
 		return true;
-	PG_TRY();
+	if (conn->failed_call == conn_call_id)
 	{
-		ok = conn_connect(conn, flags, err);
+		*err = conn->failed_err;
+		return false;
 	}
-	PG_CATCH();
-	{
-		rw_conn_close(conn);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	return ok;
+	if (conn_connect(conn, err))
+		return true;
+	conn->failed_call = conn_call_id;
+	conn->failed_err = *err;
+	return false;
 }
 
 /* ---------------------------------------------------------------------
  * Exchanging commands and replies
  * --------------------------------------------------------------------- */
 
-/* Queue one command on the request's connection (which must be open). */
+/*
+ * Queue one command on an open connection. With a tag its reply is not
+ * waited for: it is read by later exchanges and handed over by
+ * rw_take_late. Without, the next exchange waits for it.
+ */
 void
-rw_append(RwRequest *req, int argc, const char **argv, const size_t *lens)
+rw_append(RwConn *conn, int argc, const char **argv, const size_t *lens,
+		  void *tag)
 {
 	size_t		deflens[8];
 
@@ -608,302 +459,214 @@ rw_append(RwRequest *req, int argc, const char **argv, const size_t *lens)
 			deflens[i] = strlen(argv[i]);
 		lens = deflens;
 	}
-	if (redisAppendCommandArgv(req->conn->ctx, argc, argv, lens) != REDIS_OK)
+	if (redisAppendCommandArgv(conn->ctx, argc, argv, lens) != REDIS_OK)
 		elog(ERROR, "out of memory formatting a Redis command");
-	if (req->replies == NULL)
-		req->replies = MemoryContextAllocZero(TopMemoryContext, 8 * sizeof(redisReply *));
-	else if (req->nexpected % 8 == 0)
-		req->replies = repalloc(req->replies, (req->nexpected + 8) * sizeof(redisReply *));
-	req->replies[req->nexpected++] = NULL;
-}
-
-void
-rw_request_free(RwRequest *req)
-{
-	for (int i = 0; i < req->nreceived; i++)
-		freeReplyObject(req->replies[i]);
-	if (req->replies)
-		pfree(req->replies);
-	req->replies = NULL;
-	req->nreceived = req->nexpected = 0;
-}
-
-/* Fail a request: its connection may hold half a reply, so it is closed. */
-static void
-req_fail(RwRequest *req, RwErrKind kind, const char *msg)
-{
-	set_error(&req->err, kind, "%s", msg);
-	rw_conn_close(req->conn);
-}
-
-/* Keep the reply of a command sent by rw_send, for rw_conn_take_late. */
-static void
-keep_late(RwConn *conn, redisReply *reply)
-{
-	if (conn->nlate == conn->caplate)
-	{
-		conn->caplate = Max(8, conn->caplate * 2);
-		conn->late = conn->late ?
-			repalloc(conn->late, conn->caplate * sizeof(RwLate)) :
-			MemoryContextAlloc(TopMemoryContext, conn->caplate * sizeof(RwLate));
-	}
-	conn->late[conn->nlate].reply = reply;
-	conn->late[conn->nlate++].epoch = conn->epoch;
-	conn->owed--;
+	if (tag != NULL)
+		conn_owe(conn, tag);
 }
 
 /*
- * Move whole replies from the reader into the request. Replies owed to
- * commands sent earlier by rw_send come first, and are set aside.
+ * Move whole replies out of hiredis's reader: those owed to tagged commands
+ * first (kept as late), then up to nreplies of ours.
  */
 static bool
-req_take_replies(RwRequest *req)
+conn_take_replies(RwConn *conn, int nreplies, redisReply **replies,
+				  int *nreceived, RwError *err)
 {
-	RwConn	   *conn = req->conn;
-
-	while (conn->owed > 0 || req->nreceived < req->nexpected)
+	while (conn->nowed > 0 || *nreceived < nreplies)
 	{
 		void	   *reply = NULL;
 
 		if (redisGetReplyFromReader(conn->ctx, &reply) != REDIS_OK)
-		{
-			req_fail(req, RW_ERR_LOST, conn->ctx->errstr);
-			return false;
-		}
+			return conn_fail(conn, err, RW_ERR_LOST, conn->ctx->errstr);
 		if (reply == NULL)
 			break;
-		if (conn->owed > 0)
-			keep_late(conn, reply);
+		if (conn->nowed > 0)
+			conn_owed_answered(conn, reply);
 		else
-			req->replies[req->nreceived++] = reply;
+			replies[(*nreceived)++] = reply;
 	}
 	return true;
 }
 
-bool
-rw_conn_flush(RwConn *conn, RwError *err)
+static bool
+conn_write(RwConn *conn, RwError *err)
 {
 	int			done = 0;
 
+	err->maybe_sent = true;
 	if (redisBufferWrite(conn->ctx, &done) != REDIS_OK)
+		return conn_fail(conn, err, RW_ERR_LOST, conn->ctx->errstr);
+	return true;
+}
+
+static bool
+conn_read(RwConn *conn, int nreplies, redisReply **replies, int *nreceived,
+		  RwError *err)
+{
+	if (redisBufferRead(conn->ctx) != REDIS_OK)
+		return conn_fail(conn, err, RW_ERR_LOST, conn->ctx->errstr);
+	return conn_take_replies(conn, nreplies, replies, nreceived, err);
+}
+
+/*
+ * A failed wait: say why, and close the connection. A server that did not
+ * answer in time is not tried again in the same call (nor in the abort
+ * that follows it, which is part of the same call).
+ */
+static bool
+conn_wait_failed(RwConn *conn, int ready, const char *limit, int limit_ms,
+				 RwError *err)
+{
+	if (ready == 0)
+		conn_fail(conn, err, RW_ERR_TIMEOUT,
+				  psprintf("no answer within %s (%d ms)", limit, limit_ms));
+	else if (ready == -2)
+		conn_fail(conn, err, RW_ERR_INTERRUPTED,
+				  "interrupted while waiting for Redis");
+	else
+		conn_fail(conn, err, RW_ERR_LOST, "postmaster died");
+	conn->failed_call = conn_call_id;
+	conn->failed_err = *err;
+	conn->failed_err.kind = RW_ERR_CONNECT;
+	snprintf(conn->failed_err.msg, sizeof(conn->failed_err.msg),
+			 "not tried again in this call after: %s", err->msg);
+	return false;
+}
+
+/*
+ * Send what is queued on the connection and read nreplies replies to our
+ * own commands, after any owed to tagged commands sent before them. On
+ * failure the connection is closed and the replies read so far are freed.
+ */
+static bool
+conn_exchange(RwConn *conn, int nreplies, redisReply **replies, int64 deadline,
+			  const char *limit, int limit_ms, RwError *err)
+{
+	int			nreceived = 0;
+	bool		ok = conn_write(conn, err) &&
+		conn_take_replies(conn, nreplies, replies, &nreceived, err);
+
+	while (ok && (nreceived < nreplies || sdslen(conn->ctx->obuf) > 0))
 	{
-		set_error(err, RW_ERR_LOST, "%s", conn->ctx->errstr);
-		rw_conn_close(conn);
+		uint32		wants = sdslen(conn->ctx->obuf) > 0 ?
+			WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE;
+		int			ready = conn_wait(conn, wants, deadline, false);
+
+		if (ready <= 0)
+			ok = conn_wait_failed(conn, ready, limit, limit_ms, err);
+		else if (ready & WL_SOCKET_WRITEABLE)
+			ok = conn_write(conn, err);
+		else
+			ok = conn_read(conn, nreplies, replies, &nreceived, err);
+	}
+	if (!ok)
+	{
+		for (int i = 0; i < nreceived; i++)
+			freeReplyObject(replies[i]);
 		return false;
 	}
 	return true;
 }
 
-/* Read what the socket has; then move replies. False if the request failed. */
-static bool
-req_read(RwRequest *req)
-{
-	if (redisBufferRead(req->conn->ctx) != REDIS_OK)
-	{
-		req_fail(req, RW_ERR_LOST, req->conn->ctx->errstr);
-		return false;
-	}
-	return req_take_replies(req);
-}
-
-static bool
-req_pending(RwRequest *req)
-{
-	return req->err.kind == RW_OK && req->nreceived < req->nexpected;
-}
-
-/* Until its output is written: whether rw_send still has work. */
-static bool
-req_unsent(RwRequest *req)
-{
-	return req->err.kind == RW_OK && req->conn->ctx->obuf[0] != '\0';
-}
-
-static uint32
-req_wants(RwRequest *req)
-{
-	return (req->conn->ctx->obuf[0] != '\0') ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE;
-}
-
-static void
-req_ready(RwRequest *req, uint32 events)
-{
-	if (events & WL_SOCKET_WRITEABLE)
-		rw_conn_flush(req->conn, &req->err);
-	else if (events & WL_SOCKET_READABLE)
-		req_read(req);
-}
-
-/* Several requests at once: one wait set over every pending socket. */
-static bool
-exchange_many(RwRequest *reqs, int nreqs, TimestampTz deadline)
-{
-	for (;;)
-	{
-		WaitEventSet *wes;
-		WaitEvent  *evs;
-		int			npending = 0;
-		int			nev;
-
-		for (int i = 0; i < nreqs; i++)
-			npending += req_pending(&reqs[i]) ? 1 : 0;
-		if (npending == 0)
-			return true;
-
-		wes = CreateWaitEventSet(CurrentMemoryContext, npending + 2);
-		evs = palloc(sizeof(WaitEvent) * (npending + 2));
-		AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-		AddWaitEventToSet(wes, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
-		for (int i = 0; i < nreqs; i++)
-			if (req_pending(&reqs[i]))
-				AddWaitEventToSet(wes, req_wants(&reqs[i]), reqs[i].conn->ctx->fd,
-								  NULL, &reqs[i]);
-		nev = WaitEventSetWait(wes, ms_until(deadline), evs, npending + 2,
-							   PG_WAIT_EXTENSION);
-		FreeWaitEventSet(wes);
-		if (nev == 0 && ms_until(deadline) <= 0)
-		{
-			for (int i = 0; i < nreqs; i++)
-				if (req_pending(&reqs[i]))
-					req_fail(&reqs[i], RW_ERR_TIMEOUT, "no answer within rwlock.command_timeout");
-			pfree(evs);
-			return false;
-		}
-		for (int e = 0; e < nev; e++)
-		{
-			if (evs[e].events & WL_LATCH_SET)
-				ResetLatch(MyLatch);
-			else if (evs[e].events & WL_POSTMASTER_DEATH)
-			{
-				if (!proc_exit_inprogress)
-					proc_exit(1);
-				for (int i = 0; i < nreqs; i++)
-					if (req_pending(&reqs[i]))
-						req_fail(&reqs[i], RW_ERR_LOST, "postmaster died");
-			}
-			else
-				req_ready((RwRequest *) evs[e].user_data, evs[e].events);
-		}
-		pfree(evs);
-	}
-}
-
 /*
- * Send every request's queued commands and collect their replies, until each
- * request has all its replies or failed. Interrupts stay pending.
- */
-static bool
-exchange(RwRequest *reqs, int nreqs, TimestampTz deadline, int flags)
-{
-	bool		ok = true;
-
-	for (int i = 0; i < nreqs; i++)
-	{
-		reqs[i].err.kind = RW_OK;
-		if (rw_conn_flush(reqs[i].conn, &reqs[i].err))
-			req_take_replies(&reqs[i]);
-	}
-
-	if (nreqs == 1)
-	{
-		RwRequest  *req = &reqs[0];
-
-		while (req_pending(req))
-		{
-			int			ready = conn_wait(req->conn, req_wants(req), deadline, flags);
-
-			if (ready == 0)
-				req_fail(req, RW_ERR_TIMEOUT,
-						 psprintf("no answer within rwlock.command_timeout (%d ms)",
-								  rw_command_timeout_ms));
-			else if (ready < 0)
-				req_fail(req, RW_ERR_LOST, "postmaster died");
-			else
-				req_ready(req, (uint32) ready);
-		}
-	}
-	else
-		exchange_many(reqs, nreqs, deadline);
-
-	for (int i = 0; i < nreqs; i++)
-		if (reqs[i].err.kind != RW_OK)
-			ok = false;
-	return ok;
-}
-
-/*
- * Send and collect, bounded by rwlock.command_timeout. Measures the round
- * trip of single requests for redis_connection_info().
+ * Send the queued commands and collect their nreplies replies, bounded by
+ * rwlock.command_timeout. Measures the round trip for
+ * redis_connection_info(). Never throws; false with *err set on failure.
  */
 bool
-rw_exchange(RwRequest *reqs, int nreqs, int flags)
+rw_exchange(RwConn *conn, int nreplies, redisReply **replies, RwError *err)
 {
-	TimestampTz start = GetCurrentTimestamp();
+	int64		start = rw_now_ms();
+	instr_time	t0,
+				t1;
 	bool		ok;
 
-	ok = exchange(reqs, nreqs,
-				  TimestampTzPlusMilliseconds(start, rw_command_timeout_ms),
-				  flags & ~RW_INTERRUPTIBLE);
-	if (ok && nreqs == 1)
-		reqs[0].conn->last_rtt_ms = (GetCurrentTimestamp() - start) / 1000.0;
+	err->kind = RW_OK;
+	err->maybe_sent = false;
+	INSTR_TIME_SET_CURRENT(t0);
+	ok = conn_exchange(conn, nreplies, replies,
+					   Min(start + rw_command_timeout_ms, conn_cap),
+					   "rwlock.command_timeout", rw_command_timeout_ms, err);
+	INSTR_TIME_SET_CURRENT(t1);
+	INSTR_TIME_SUBTRACT(t1, t0);
+	if (ok)
+		conn->last_rtt_ms = INSTR_TIME_GET_MILLISEC(t1);
 	return ok;
 }
 
 /*
- * Send a request's commands without waiting for their replies: they are
- * read, in order, by later exchanges on the connection (which read them
- * first anyway) and handed over by rw_conn_take_late. Waits only while the
- * socket does not take the whole output, bounded by rwlock.command_timeout.
- * False if the connection failed; it is then closed, and what was sent may
- * or may not have run.
+ * Write out everything queued, without reading any reply; waits only while
+ * the socket does not take it all. False (connection closed) on failure.
  */
 bool
-rw_send(RwRequest *req, int flags)
+rw_flush(RwConn *conn, int64 deadline, RwError *err)
 {
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													   rw_command_timeout_ms);
+	bool		ok = conn_write(conn, err);
 
-	req->err.kind = RW_OK;
-	rw_conn_flush(req->conn, &req->err);
-	while (req_unsent(req))
+	deadline = Min(deadline, conn_cap);
+	while (ok && sdslen(conn->ctx->obuf) > 0)
 	{
-		int			ready = conn_wait(req->conn, WL_SOCKET_WRITEABLE, deadline,
-									  flags & ~RW_INTERRUPTIBLE);
+		int			ready = conn_wait(conn, WL_SOCKET_WRITEABLE, deadline, false);
 
-		if (ready == 0)
-			req_fail(req, RW_ERR_TIMEOUT,
-					 psprintf("could not send within rwlock.command_timeout (%d ms)",
-							  rw_command_timeout_ms));
-		else if (ready < 0)
-			req_fail(req, RW_ERR_LOST, "postmaster died");
-		else
-			rw_conn_flush(req->conn, &req->err);
+		ok = ready > 0 ? conn_write(conn, err) :
+			conn_wait_failed(conn, ready, "rwlock.command_timeout",
+							 rw_command_timeout_ms, err);
 	}
-	if (req->err.kind != RW_OK)
+	return ok;
+}
+
+static bool
+conn_owes(RwConn *conn, void *tag)
+{
+	for (int i = 0; i < conn->nowed; i++)
+		if (conn->owed[i] == tag)
+			return true;
+	return false;
+}
+
+/*
+ * Wait until the reply to the command sent with `tag` has been read (it is
+ * then among the late replies), or the connection failed (then it is there
+ * with no reply). False, with *err, only if the wait itself failed.
+ */
+bool
+rw_await_tag(RwConn *conn, void *tag, int64 deadline, RwError *err)
+{
+	int			none = 0;
+
+	err->kind = RW_OK;
+	deadline = Min(deadline, conn_cap);
+	if (conn->ctx != NULL && sdslen(conn->ctx->obuf) > 0 &&
+		!rw_flush(conn, deadline, err))
 		return false;
-	req->conn->owed += req->nexpected;
-	req->nexpected = 0;
+	while (conn->ctx != NULL && conn_owes(conn, tag))
+	{
+		int			ready = conn_wait(conn, WL_SOCKET_READABLE, deadline, false);
+
+		if (ready <= 0)
+			return conn_wait_failed(conn, ready, "rwlock.command_timeout",
+									rw_command_timeout_ms, err);
+		if (!conn_read(conn, 0, NULL, &none, err))
+			return true;		/* closed: the tag is late, unanswered */
+	}
 	return true;
 }
 
 /*
- * Hand over the replies to rw_send's commands read so far, oldest first,
- * each with the epoch of the connection it came on (a command sent on an
- * earlier epoch whose reply is not among them never got one); the caller
- * frees them. Reads what has already arrived, without waiting.
+ * Hand over the replies to tagged commands read so far, oldest first (a
+ * NULL reply: the connection closed before it came); the caller frees them
+ * and the array. Reads what has already arrived, without waiting.
  */
 int
-rw_conn_take_late(RwConn *conn, RwLate **late)
+rw_take_late(RwConn *conn, RwLate **late)
 {
-	RwRequest	req = {conn};
 	int			n;
+	int			none = 0;
+	RwError		err;
 
-	if (conn->ctx != NULL && conn->owed > 0 && redisBufferRead(conn->ctx) == REDIS_OK)
-	{
-		(void) req_take_replies(&req);
-	}
-	else if (conn->ctx != NULL && conn->owed > 0)
-		req_fail(&req, RW_ERR_LOST, conn->ctx->errstr);
+	if (conn->ctx != NULL && conn->nowed > 0)
+		(void) conn_read(conn, 0, NULL, &none, &err);
 	n = conn->nlate;
 	*late = n > 0 ? palloc(n * sizeof(RwLate)) : NULL;
 	if (n > 0)
@@ -913,7 +676,7 @@ rw_conn_take_late(RwConn *conn, RwLate **late)
 }
 
 /*
- * For a subscriber: take one reply that has arrived, without waiting.
+ * For a subscriber: take one push that has arrived, without waiting.
  * Returns false if the connection failed (and is now closed).
  */
 bool
@@ -927,17 +690,18 @@ rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err)
 		redisGetReplyFromReader(conn->ctx, &r);
 	if (conn->ctx->err)
 	{
-		set_error(err, RW_ERR_LOST, "%s", conn->ctx->errstr);
 		if (r)
 			freeReplyObject(r);
-		rw_conn_close(conn);
-		return false;
+		return conn_fail(conn, err, RW_ERR_LOST, conn->ctx->errstr);
 	}
 	*reply = r;
 	return true;
 }
 
-/* Turn an error into an ereport: class 08 for the connection, XX000 else. */
+/*
+ * Turn an error into an ereport: class 08 for the connection, 57014 for an
+ * interrupt (served here), XX000 for an error reply.
+ */
 void
 rw_raise(RwConn *conn, const RwError *err)
 {
@@ -952,6 +716,13 @@ rw_raise(RwConn *conn, const RwError *err)
 					 errdetail("%s", err->msg),
 					 errhint("Check rwlock.redis_url and that Redis is running.")));
 			break;
+		case RW_ERR_AUTH:
+			ereport(ERROR,
+					(errcode(ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION),
+					 errmsg("Redis at %s refused authentication", where),
+					 errdetail("%s", err->msg),
+					 errhint("Check the user name and password of rwlock.redis_url.")));
+			break;
 		case RW_ERR_LOST:
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -963,6 +734,13 @@ rw_raise(RwConn *conn, const RwError *err)
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("Redis at %s did not answer in time", where),
 					 errdetail("%s; the connection was closed.", err->msg)));
+			break;
+		case RW_ERR_INTERRUPTED:
+			CHECK_FOR_INTERRUPTS();
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("canceling statement due to user request"),
+					 errdetail("A Redis command was interrupted; its connection was closed.")));
 			break;
 		case RW_ERR_REPLY:
 		case RW_OK:

@@ -4,20 +4,25 @@
  *	  Declarations shared by the files of the rwlock extension: distributed
  *	  read/write locks held in Redis, taken and released from SQL.
  *
- * The pieces, bottom up:
- *	  guc.c        settings (rwlock.*) and their validation
- *	  redis_conn.c connections to Redis nodes, driven through the latch
- *	  scripts.c    the protocol's Lua scripts (generated from lua/) and how
- *	               they are run: EVALSHA, falling back to EVAL
- *	  protocol.c   one function per script: keys, arguments, reply checking
- *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancellation
- *	  held.c       the table of this session's holds, stacking, transaction
- *	               callbacks, renewal, release at exit
- *	  keeper.c     the background worker that renews leases, and the shared
- *	               memory where sessions publish their holds (only with
- *	               rwlock in shared_preload_libraries); redis_locks and
- *	               redis_renew()
- *	  functions.c  the SQL-callable functions
+ * The files, top to bottom; each uses only files below it:
+ *	  functions.c  every SQL entry point, argument checks, _PG_init
+ *	  introspect.c redis_lock_info, redis_connection_info
+ *	  held.c       lock and unlock, stacking, transaction, subtransaction,
+ *	               DISCARD ALL and exit callbacks
+ *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancel
+ *	  release.c    releases owed to Redis: sent and unanswered, to send
+ *	               again; settled before a name is taken again
+ *	  renew.c      when and how a session renews its own leases
+ *	  holds.c      the session's table of holds, what the keeper is shown,
+ *	               warnings kept for a safe moment
+ *	  route.c      which node serves a lock (today: the one URL)
+ *	  keeper.c     the background worker and its shared table; redis_locks
+ *	  protocol.c   one C function per Lua script
+ *	  scripts.c    the embedded scripts (lua_scripts.c) and EVALSHA/EVAL
+ *	  url.c        parsing rwlock.redis_url
+ *	  redis_conn.c one connection: socket, hiredis codec, waits through the
+ *	               latch, deadlines, interrupts
+ *	  guc.c        the rwlock.* settings
  *
  *-------------------------------------------------------------------------
  */
@@ -26,9 +31,11 @@
 
 #include "postgres.h"
 
+#include <time.h>
 #include <hiredis/hiredis.h>
 
 #include "datatype/timestamp.h"
+#include "fmgr.h"
 #include "storage/latch.h"
 
 #define RW_PROTOCOL_VERSION "1"
@@ -38,6 +45,49 @@
 #define RW_OWNER_MAX		64		/* bytes of an owner id */
 #define RW_INTENT_MS		2000	/* lease of a waiting writer's intent */
 #define RW_KEEP_TOKEN_MS	600000	/* the last write token outlives a lock */
+#define RW_EXIT_BUDGET_MS	500		/* what backend exit may spend on Redis */
+
+/* What a session holds of a lock; stronger modes compare greater. */
+typedef enum RwMode
+{
+	RW_NONE = 0,
+	RW_READ,
+	RW_WRITE
+} RwMode;
+
+#define RW_NMODES 3
+
+typedef enum RwLevel
+{
+	RW_SESSION,
+	RW_XACT
+} RwLevel;
+
+/* What a release leaves the owner holding (release.lua's ARGV[3]). */
+typedef enum RwKeep
+{
+	RW_KEEP_NOTHING,			/* "": let go of everything */
+	RW_KEEP_READ,				/* "r": a writer keeps a read lock */
+	RW_KEEP_ALL					/* "q": only withdraw a writer's intent */
+} RwKeep;
+
+/*
+ * Monotonic milliseconds, for every deadline and lease schedule: a step of
+ * the wall clock must never make a lease lapse or a wait never end.
+ * CLOCK_MONOTONIC is one clock for all processes of the host, so the keeper
+ * and the sessions can compare its readings in shared memory.
+ */
+static inline int64
+rw_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A monotonic instant shown as wall-clock time, for the views. */
+extern TimestampTz rw_mono_to_timestamp(int64 mono_ms);
 
 /* ---- guc.c ---- */
 extern char *rw_redis_url;
@@ -47,7 +97,7 @@ extern int	rw_connect_timeout_ms;
 extern int	rw_command_timeout_ms;
 extern void rw_define_gucs(void);
 
-/* ---- redis_conn.c ---- */
+/* ---- url.c ---- */
 
 /* Where a node is, as parsed from a redis:// or unix:// URL. */
 typedef struct RwEndpoint
@@ -63,11 +113,38 @@ typedef struct RwEndpoint
 	int			db;
 } RwEndpoint;
 
-/* A reply to a command sent by rw_send, and the connection it came on. */
+extern bool rw_parse_url(const char *url, RwEndpoint *ep, char **why);
+
+/* ---- redis_conn.c ---- */
+
+/* What went wrong in a Redis exchange. */
+typedef enum RwErrKind
+{
+	RW_OK = 0,
+	RW_ERR_CONNECT,				/* could not connect, or SELECT failed */
+	RW_ERR_AUTH,				/* Redis refused our credentials */
+	RW_ERR_LOST,				/* connection lost while talking */
+	RW_ERR_TIMEOUT,				/* rwlock.command_timeout ran out */
+	RW_ERR_INTERRUPTED,			/* cancel or terminate cut the wait short */
+	RW_ERR_REPLY,				/* Redis answered with an error or nonsense */
+} RwErrKind;
+
+typedef struct RwError
+{
+	RwErrKind	kind;
+	bool		maybe_sent;		/* the command may have reached Redis */
+	char		msg[256];
+} RwError;
+
+/*
+ * A reply to a command sent with a tag (rw_append with tag != NULL), read
+ * later. reply is NULL when the connection closed before it arrived: the
+ * command may or may not have run.
+ */
 typedef struct RwLate
 {
+	void	   *tag;
 	redisReply *reply;
-	uint32		epoch;
 } RwLate;
 
 /* One connection to a node. */
@@ -78,75 +155,32 @@ typedef struct RwConn
 	WaitEventSet *wes;			/* latch, postmaster death, our socket */
 	int			sock_pos;		/* position of the socket event in wes */
 	uint32		sock_events;	/* what the socket event waits for now */
-	double		last_rtt_ms;
 	bool		is_subscriber;
-	uint32		epoch;			/* counts connections made */
-	int			owed;			/* replies due to commands sent by rw_send */
-	RwLate	   *late;			/* those replies, once read, oldest first */
+	double		last_rtt_ms;
+	uint64		failed_call;	/* the call whose connection attempt failed */
+	RwError		failed_err;		/* ... and why */
+	void	  **owed;			/* tags of commands whose replies are due */
+	int			nowed;
+	int			capowed;
+	RwLate	   *late;			/* replies to tagged commands, oldest first */
 	int			nlate;
 	int			caplate;
 } RwConn;
 
-/*
- * A Redis server this session talks to. Each hold remembers its node, so a
- * change of rwlock.redis_url never strands a hold made on the old server;
- * future routing (Sentinel, Cluster, quorum) picks nodes per operation.
- */
-typedef struct RwNode
-{
-	RwEndpoint	ep;
-	RwConn		cmd;			/* lock commands */
-	RwConn		sub;			/* pub/sub wake-ups, opened when first needed */
-	int			nholds;			/* holds that live on this node */
-	int			nsent;			/* releases sent, answers not read yet */
-	struct RwNode *next;
-} RwNode;
-
-/* What went wrong in a Redis exchange, for callers that may not throw. */
-typedef enum RwErrKind
-{
-	RW_OK = 0,
-	RW_ERR_CONNECT,				/* could not connect, or AUTH/SELECT failed */
-	RW_ERR_LOST,				/* connection lost while talking */
-	RW_ERR_TIMEOUT,				/* rwlock.command_timeout ran out */
-	RW_ERR_REPLY,				/* Redis answered with an error or nonsense */
-} RwErrKind;
-
-typedef struct RwError
-{
-	RwErrKind	kind;
-	char		msg[256];
-} RwError;
-
-/* One conversation with one connection: commands appended, replies expected. */
-typedef struct RwRequest
-{
-	RwConn	   *conn;
-	int			nexpected;
-	int			nreceived;
-	redisReply **replies;		/* nexpected slots, filled in order */
-	RwError		err;
-} RwRequest;
-
-/* flags for connecting and exchanging */
-#define RW_NOTHROW			0x01	/* report errors in RwError, never ereport */
-#define RW_INTERRUPTIBLE	0x02	/* may serve interrupts while connecting */
-
-extern RwNode *rw_current_node(void);
-extern RwNode *rw_first_node(void);
-extern void rw_node_forget_if_unused(RwNode *node);
-extern bool rw_parse_url(const char *url, RwEndpoint *ep, char **why);
-extern bool rw_conn_ensure(RwConn *conn, int flags, RwError *err);
+extern void rw_call_begin(void);
+extern void rw_conn_limit(int64 deadline);
+extern bool rw_conn_ensure(RwConn *conn, RwError *err);
 extern void rw_conn_close(RwConn *conn);
-extern void rw_append(RwRequest *req, int argc, const char **argv, const size_t *lens);
-extern bool rw_exchange(RwRequest *reqs, int nreqs, int flags);
-extern bool rw_send(RwRequest *req, int flags);
-extern int	rw_conn_take_late(RwConn *conn, RwLate **late);
-extern void rw_request_free(RwRequest *req);
-extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
+extern void rw_append(RwConn *conn, int argc, const char **argv,
+					  const size_t *lens, void *tag);
+extern bool rw_exchange(RwConn *conn, int nreplies, redisReply **replies,
+						RwError *err);
+extern bool rw_flush(RwConn *conn, int64 deadline, RwError *err);
+extern bool rw_await_tag(RwConn *conn, void *tag, int64 deadline, RwError *err);
+extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
-extern bool rw_conn_flush(RwConn *conn, RwError *err);
+extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
 
 /* ---- scripts.c ---- */
 typedef enum RwScriptId
@@ -183,9 +217,8 @@ extern void rw_script_prepare(RwScriptCall *call, RwScriptId id, int nkeys,
 							  const char *const *keys, const size_t *keylens,
 							  int nargs, const char *const *args);
 extern bool rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
-						  redisReply **replies, int flags, RwError *err);
-extern bool rw_script_send(RwConn *conn, RwScriptCall *call, int flags,
-						   RwError *err);
+						  redisReply **replies, RwError *err);
+extern void rw_script_append_eval(RwConn *conn, RwScriptCall *call, void *tag);
 
 /* ---- protocol.c ---- */
 
@@ -200,6 +233,7 @@ typedef struct RwKeys
 
 typedef enum RwAcquireStatus
 {
+	RW_ACQ_FAILED,				/* Redis could not be asked: see the error */
 	RW_GRANTED,
 	RW_BUSY,
 	RW_UPGRADE_CONFLICT,
@@ -222,72 +256,141 @@ typedef struct RwLockInfo
 extern const char *rw_owner_id(void);
 extern void rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 						  MemoryContext cxt);
-extern RwAcquireStatus rw_proto_acquire(RwConn *conn, const RwKeys *keys,
-										char mode, int lease_ms, int intent_ms,
-										int64 *result, char **other);
+extern void rw_copy_keys(const RwKeys *from, RwKeys *to, MemoryContext cxt);
 extern void rw_free_keys(RwKeys *keys);
-extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, char keep,
-							 int lease_ms, int flags, RwError *err);
-extern bool rw_proto_release_send(RwConn *conn, const RwKeys *keys,
-								  RwError *err);
-extern int	rw_proto_release_result(RwConn *conn, redisReply *r, int flags,
-									RwError *err);
-extern bool rw_proto_renew_batch(RwConn *conn, RwKeys **keys,
-								 const int *lease_ms, int n, int *held,
-								 int flags, RwError *err);
-extern bool rw_proto_renew_owners(RwConn *conn, RwKeys **keys,
-								  const char *const *owners,
-								  const int *lease_ms, int n, int *held,
-								  int flags, RwError *err);
+extern RwAcquireStatus rw_proto_acquire(RwConn *conn, const RwKeys *keys,
+										RwMode mode, int lease_ms,
+										int intent_ms, int64 *result,
+										char **other, RwError *err);
+extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep,
+							 int lease_ms, RwError *err);
+extern void rw_proto_release_append(RwConn *conn, const RwKeys *keys,
+									RwKeep keep, int lease_ms, void *tag);
+extern int	rw_proto_release_result(redisReply *r, RwError *err);
+extern bool rw_proto_renew(RwConn *conn, RwKeys **keys,
+						   const char *const *owners, const int *lease_ms,
+						   int n, int *held, RwError *err);
 extern void rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info);
-
-/* ---- waiting.c ---- */
-extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
-							char mode, char held_mode, long timeout_ms,
-							bool timeout_is_error, int64 *token);
-extern void rw_abandon_wait(void);
-
-/* ---- held.c ---- */
-typedef enum RwLevel
-{
-	RW_SESSION,
-	RW_XACT
-} RwLevel;
-
-extern void rw_held_init(void);
-extern void rw_held_settle(void);
-extern void rw_defer_release(RwNode *node, const RwKeys *keys, char keep);
-extern bool rw_lock(const char *name, char mode, RwLevel level,
-					long wait_ms, bool is_try, int64 *token);
-extern bool rw_unlock(const char *name);
-extern int	rw_unlock_all(void);
-extern int	rw_renew_due(bool all, int *nlost);
-extern void rw_check_name(text *name, char *buf);
-
-/* A row of redis_held_locks */
-typedef struct RwHeldRow
-{
-	char	   *name;
-	char		mode;
-	RwLevel		level;
-	int			depth;
-	int64		token;
-	TimestampTz acquired;
-	bool		lost;
-	TimestampTz lease_until;
-} RwHeldRow;
-extern int	rw_held_rows(RwHeldRow **rows);
 
 /* ---- keeper.c ---- */
 extern void rw_keeper_init(void);
 extern bool rw_keeper_running(void);
 extern int	rw_keeper_publish(int slot, const char *name, const char *url,
 							  const char *key, const char *owner, int64 token,
-							  TimestampTz acquired, TimestampTz renewed,
-							  int lease_ms);
+							  TimestampTz acquired, int64 renewed_ms,
+							  int lease_ms, bool *full);
 extern void rw_keeper_unpublish(int slot);
-extern void rw_keeper_set_modes(int slot, char session_mode, char xact_mode);
-extern bool rw_keeper_state(int slot, TimestampTz *renewed);
-extern void rw_keeper_renewed(int slot, TimestampTz renewed, bool lost);
+extern void rw_keeper_set_modes(int slot, RwMode session_mode, RwMode xact_mode);
+extern bool rw_keeper_state(int slot, int64 *renewed_ms);
+extern void rw_keeper_renewed(int slot, int64 renewed_ms, bool lost);
+
+/* ---- route.c ---- */
+
+/*
+ * A Redis server this session talks to. Each hold remembers its node, so a
+ * change of rwlock.redis_url never strands a hold made on the old server.
+ */
+typedef struct RwNode
+{
+	RwEndpoint	ep;
+	RwConn		cmd;			/* lock commands */
+	RwConn		sub;			/* pub/sub wake-ups, opened when first needed */
+	int			nholds;			/* holds that live on this node */
+	int			nowed;			/* releases owed to it (release.c) */
+	int64		renew_retry_ms; /* no renewal before this after a failure */
+	struct RwNode *next;
+} RwNode;
+
+extern RwNode *rw_current_node(void);
+extern RwNode *rw_first_node(void);
+extern void rw_node_forget_if_unused(RwNode *node);
+
+/* ---- holds.c ---- */
+
+/* One name this session holds: counts per level and mode. */
+typedef struct RwHeld
+{
+	char		name[RW_NAME_MAX + 1];	/* hash key */
+	int			count[2][RW_NMODES];	/* [RwLevel][RwMode] */
+	RwMode	   *stack;			/* modes of session holds, oldest first */
+	int			stack_len;
+	int			stack_cap;
+	RwMode		redis_mode;		/* what Redis has for this session */
+	int64		token;
+	TimestampTz acquired;
+	int64		renewed_ms;		/* monotonic: when the lease last started */
+	int			lease_ms;
+	bool		lost;
+	int			slot;			/* in the keeper's table, or -1 */
+	RwNode	   *node;
+	RwKeys		keys;
+	MemoryContext cxt;			/* keys and stack */
+} RwHeld;
+
+/* A row of redis_held_locks */
+typedef struct RwHeldRow
+{
+	char	   *name;
+	RwMode		mode;
+	RwLevel		level;
+	int			depth;
+	int64		token;
+	TimestampTz acquired;
+	bool		lost;
+} RwHeldRow;
+
+extern RwHeld *rw_holds_find(const char *name);
+extern RwHeld *rw_holds_enter(const char *name, RwNode *node);
+extern void rw_holds_forget(RwHeld *h);
+extern void rw_holds_sweep(void);
+extern int	rw_holds_count(void);
+extern RwHeld **rw_holds_list(int *n);
+extern RwMode rw_level_mode(RwHeld *h, RwLevel level);
+extern RwMode rw_wanted_mode(RwHeld *h);
+extern void rw_holds_granted(RwHeld *h, RwMode mode, int64 token);
+extern void rw_holds_refresh(RwHeld *h);
+extern void rw_holds_publish_modes(RwHeld *h);
+extern void rw_holds_unpublish(RwHeld *h);
+extern int	rw_held_rows(RwHeldRow **rows);
+extern void rw_note_lost(const char *name, const char *detail);
+extern void rw_note_warning(int sqlstate, const char *msg, const char *detail);
+extern void rw_notes_flush(void);
+
+/* ---- renew.c ---- */
+extern void rw_renew_scheduled(int64 renewed_ms, int lease_ms);
+extern int	rw_renew_due(bool all, int *nlost);
+
+/* ---- release.c ---- */
+extern int	rw_release_now(RwNode *node, const char *name, const RwKeys *keys,
+						   RwKeep keep, int lease_ms, RwError *err);
+extern void rw_release_later(RwNode *node, const char *name,
+							 const RwKeys *keys, RwKeep keep, int lease_ms);
+extern void rw_release_owe(RwNode *node, const char *name, const RwKeys *keys,
+						   RwKeep keep, int lease_ms);
+extern void rw_release_flush(void);
+extern void rw_release_send_owed(RwNode *node);
+extern bool rw_release_settle_name(RwNode *node, const char *name, RwError *err);
+extern void rw_release_read_answers(void);
+extern void rw_release_at_exit(void);
+
+/* ---- waiting.c ---- */
+extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
+							RwMode mode, RwMode held_mode, long timeout_ms,
+							bool timeout_is_error, int64 *token);
+extern void rw_wait_done(void);
+extern void rw_abandon_wait(void);
+
+/* ---- functions.c ---- */
+extern void rw_name_arg(FunctionCallInfo fcinfo, char *buf);
+
+/* ---- held.c ---- */
+extern void rw_held_init(void);
+extern void rw_held_install_hooks(void);
+extern void rw_operation_begin(void);
+extern void rw_operation_end(void);
+extern bool rw_lock(const char *name, RwMode mode, RwLevel level,
+					long wait_ms, bool is_try, int64 *token);
+extern bool rw_unlock(const char *name);
+extern int	rw_unlock_all(void);
 
 #endif							/* RWLOCK_H */

@@ -8,6 +8,8 @@
  * SCRIPT LOAD round trip is spent on a healthy connection. A NOSCRIPT answer
  * (a restarted or flushed Redis) means the script did not run, so the same
  * call is sent again as EVAL, which also caches the script for next time.
+ * Calls whose answers are read later (releases at transaction end) are sent
+ * as EVAL from the start: nobody may be there to send them again.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,90 +46,82 @@ rw_script_prepare(RwScriptCall *call, RwScriptId id, int nkeys,
 }
 
 static bool
-is_noscript(redisReply *r)
+scripts_is_noscript(redisReply *r)
 {
 	return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Turn an EVALSHA call into the EVAL of the same script. */
+static void
+scripts_as_eval(RwScriptCall *call)
+{
+	call->argv[0] = "EVAL";
+	call->lens[0] = 4;
+	call->argv[1] = rw_scripts[call->id].body;
+	call->lens[1] = strlen(rw_scripts[call->id].body);
 }
 
 /*
  * Run ncalls scripts on one connection, pipelined, and put their replies in
  * replies[] (the caller frees them with freeReplyObject). Returns false with
  * *err set if the connection failed; error replies are the caller's to read.
+ * Never throws.
  */
 bool
 rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
-			  redisReply **replies, int flags, RwError *err)
+			  redisReply **replies, RwError *err)
 {
-	RwRequest	req = {conn};
+	redisReply **again;
 	int			nretry = 0;
 
-	if (!rw_conn_ensure(conn, (flags & RW_NOTHROW) ? flags : flags | RW_INTERRUPTIBLE, err))
+	if (!rw_conn_ensure(conn, err))
 		return false;
 	for (int i = 0; i < ncalls; i++)
-		rw_append(&req, calls[i].argc, calls[i].argv, calls[i].lens);
-	if (!rw_exchange(&req, 1, flags))
-	{
-		*err = req.err;
-		rw_request_free(&req);
+		rw_append(conn, calls[i].argc, calls[i].argv, calls[i].lens, NULL);
+	if (!rw_exchange(conn, ncalls, replies, err))
 		return false;
-	}
 	for (int i = 0; i < ncalls; i++)
-	{
-		replies[i] = req.replies[i];
-		nretry += is_noscript(replies[i]) ? 1 : 0;
-	}
-	pfree(req.replies);
+		nretry += scripts_is_noscript(replies[i]) ? 1 : 0;
 	if (nretry == 0)
 		return true;
 
-	/* Redis lost its script cache: the same calls again, by EVAL. */
-	req.replies = NULL;
-	req.nexpected = req.nreceived = 0;
+	/* Redis lost its script cache, so those did not run: again, by EVAL. */
 	for (int i = 0; i < ncalls; i++)
 	{
-		if (!is_noscript(replies[i]))
+		if (!scripts_is_noscript(replies[i]))
 			continue;
-		calls[i].argv[0] = "EVAL";
-		calls[i].lens[0] = 4;
-		calls[i].argv[1] = rw_scripts[calls[i].id].body;
-		calls[i].lens[1] = strlen(rw_scripts[calls[i].id].body);
-		rw_append(&req, calls[i].argc, calls[i].argv, calls[i].lens);
+		scripts_as_eval(&calls[i]);
+		rw_append(conn, calls[i].argc, calls[i].argv, calls[i].lens, NULL);
 	}
-	if (!rw_exchange(&req, 1, flags))
+	again = palloc(sizeof(redisReply *) * nretry);
+	if (!rw_exchange(conn, nretry, again, err))
 	{
-		*err = req.err;
-		rw_request_free(&req);
 		for (int i = 0; i < ncalls; i++)
 			freeReplyObject(replies[i]);
+		pfree(again);
 		return false;
 	}
 	for (int i = 0, j = 0; i < ncalls; i++)
 	{
-		if (!is_noscript(replies[i]))
+		if (!scripts_is_noscript(replies[i]))
 			continue;
 		freeReplyObject(replies[i]);
-		replies[i] = req.replies[j++];
+		replies[i] = again[j++];
 	}
-	pfree(req.replies);
+	pfree(again);
 	return true;
 }
 
 /*
- * Send one script call by EVALSHA without waiting for its reply (rw_send).
- * The caller reads the reply later and must treat NOSCRIPT as "did not run".
+ * Queue one script call as EVAL, with a tag: its reply is read later. A
+ * call whose answer is not waited for must not depend on Redis's script
+ * cache (a SCRIPT FLUSH, restart or failover empties it), so it carries the
+ * script's body: Redis hashes it (about half a microsecond for release.lua)
+ * and runs the cached compiled script.
  */
-bool
-rw_script_send(RwConn *conn, RwScriptCall *call, int flags, RwError *err)
+void
+rw_script_append_eval(RwConn *conn, RwScriptCall *call, void *tag)
 {
-	RwRequest	req = {conn};
-	bool		ok;
-
-	if (!rw_conn_ensure(conn, flags, err))
-		return false;
-	rw_append(&req, call->argc, call->argv, call->lens);
-	ok = rw_send(&req, flags);
-	if (!ok)
-		*err = req.err;
-	rw_request_free(&req);
-	return ok;
+	scripts_as_eval(call);
+	rw_append(conn, call->argc, call->argv, call->lens, tag);
 }

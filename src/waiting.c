@@ -37,83 +37,66 @@ static struct
 {
 	bool		active;
 	RwNode	   *node;
-	RwKeys	   *keys;			/* copy in wait_cxt */
-	char		held_mode;		/* what the session held before: '\0' or 'r' */
-	bool		in_flight;		/* an acquire script was sent, no reply yet */
+	char	   *name;			/* copy in wait_cxt */
+	RwKeys		keys;			/* copy in wait_cxt */
+	RwMode		held_mode;		/* what the session held before */
 	bool		intent;			/* a writer's intent may be registered */
 	bool		subscribed;
-} wait;
+} wait_state;
 
 static MemoryContext wait_cxt = NULL;
 
 static void
-wait_begin(RwNode *node, const RwKeys *keys, char held_mode, bool intent)
+wait_begin(RwNode *node, const RwKeys *keys, const char *name,
+		   RwMode held_mode, bool intent)
 {
 	if (wait_cxt == NULL)
 		wait_cxt = AllocSetContextCreate(TopMemoryContext, "rwlock wait",
 										 ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(wait_cxt);
-	wait.keys = MemoryContextAlloc(wait_cxt, sizeof(RwKeys));
-	for (int i = 0; i < 3; i++)
-	{
-		wait.keys->key[i] = MemoryContextStrdup(wait_cxt, keys->key[i]);
-		wait.keys->len[i] = keys->len[i];
-	}
-	wait.keys->channel = MemoryContextStrdup(wait_cxt, keys->channel);
-	wait.keys->channel_len = keys->channel_len;
-	wait.node = node;
-	wait.held_mode = held_mode;
-	wait.intent = intent;
-	wait.in_flight = false;
-	wait.subscribed = false;
-	wait.active = true;
+	rw_copy_keys(keys, &wait_state.keys, wait_cxt);
+	wait_state.name = MemoryContextStrdup(wait_cxt, name);
+	wait_state.node = node;
+	wait_state.held_mode = held_mode;
+	wait_state.intent = intent;
+	wait_state.subscribed = false;
+	wait_state.active = true;
 }
 
 /* Stop listening; the confirmation is read (and dropped) by a later wait. */
 static void
-unsubscribe(void)
+wait_unsubscribe(void)
 {
-	RwConn	   *sub = &wait.node->sub;
-	RwRequest	req = {sub};
+	RwConn	   *sub = &wait_state.node->sub;
 	RwError		err;
-	const char *argv[2] = {"UNSUBSCRIBE", wait.keys->channel};
-	size_t		lens[2] = {11, wait.keys->channel_len};
+	const char *argv[2] = {"UNSUBSCRIBE", wait_state.keys.channel};
+	size_t		lens[2] = {11, wait_state.keys.channel_len};
 
-	wait.subscribed = false;
+	wait_state.subscribed = false;
 	if (sub->ctx == NULL)
 		return;
-	rw_append(&req, 2, argv, lens);
-	rw_conn_flush(sub, &err);
-	pfree(req.replies);
+	rw_append(sub, 2, argv, lens, NULL);
+	(void) rw_flush(sub, rw_now_ms() + rw_command_timeout_ms, &err);
 }
 
 /*
- * End the wait. With withdraw, take back the writer's intent (never throws:
- * it also runs from abort callbacks). A failure leaves the intent to its
- * short lease, or a possibly granted lock to the session's deferred releases.
+ * End the wait. With withdraw, take back the writer's intent: sent without
+ * waiting for the answer (this also runs from abort callbacks, which must
+ * not wait on Redis), or, with no connection, left to its short lease.
  */
 static void
 wait_end(bool withdraw)
 {
-	RwError		err;
-
-	if (!wait.active)
+	if (!wait_state.active)
 		return;
-	wait.active = false;
-	if (wait.subscribed)
-		unsubscribe();
-	if (wait.in_flight && wait.node->cmd.ctx == NULL)
+	wait_state.active = false;
+	if (wait_state.subscribed)
+		wait_unsubscribe();
+	if (withdraw && wait_state.intent)
 	{
-		/*
-		 * The connection failed with the acquire script in flight: it may
-		 * have run. Release what it may have given, once Redis is back.
-		 */
-		rw_defer_release(wait.node, wait.keys, wait.held_mode ? wait.held_mode : '\0');
-	}
-	else if (withdraw && wait.intent && wait.node->cmd.ctx != NULL)
-	{
-		if (rw_proto_release(&wait.node->cmd, wait.keys, 'q', 0, RW_NOTHROW, &err) < 0)
-			elog(LOG, "rwlock: could not withdraw a writer's intent: %s", err.msg);
+		rw_release_later(wait_state.node, wait_state.name, &wait_state.keys,
+						 RW_KEEP_ALL, 0);
+		rw_release_flush();
 	}
 }
 
@@ -124,27 +107,34 @@ rw_abandon_wait(void)
 	wait_end(true);
 }
 
+/* After a grant is recorded: stop listening. */
+void
+rw_wait_done(void)
+{
+	wait_end(false);
+}
+
 /* Is this push a message on our channel? */
 static bool
-is_wakeup(redisReply *r)
+wait_is_wakeup(redisReply *r)
 {
 	return r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 		r->element[0]->type == REDIS_REPLY_STRING &&
 		strcmp(r->element[0]->str, "message") == 0 &&
 		r->element[1]->type == REDIS_REPLY_STRING &&
-		r->element[1]->len == wait.keys->channel_len &&
-		memcmp(r->element[1]->str, wait.keys->channel, wait.keys->channel_len) == 0;
+		r->element[1]->len == wait_state.keys.channel_len &&
+		memcmp(r->element[1]->str, wait_state.keys.channel, wait_state.keys.channel_len) == 0;
 }
 
 static bool
-is_confirmation(redisReply *r)
+wait_is_confirmation(redisReply *r)
 {
 	return r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 		r->element[0]->type == REDIS_REPLY_STRING &&
 		strcmp(r->element[0]->str, "subscribe") == 0 &&
 		r->element[1]->type == REDIS_REPLY_STRING &&
-		r->element[1]->len == wait.keys->channel_len &&
-		memcmp(r->element[1]->str, wait.keys->channel, wait.keys->channel_len) == 0;
+		r->element[1]->len == wait_state.keys.channel_len &&
+		memcmp(r->element[1]->str, wait_state.keys.channel, wait_state.keys.channel_len) == 0;
 }
 
 /*
@@ -153,16 +143,16 @@ is_confirmation(redisReply *r)
  * or if the subscriber connection failed (then it is closed).
  */
 static bool
-await_push(bool (*match) (redisReply *), long timeout_ms)
+wait_for_push(bool (*match) (redisReply *), long timeout_ms)
 {
-	RwConn	   *sub = &wait.node->sub;
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	RwConn	   *sub = &wait_state.node->sub;
+	int64		deadline = rw_now_ms() + timeout_ms;
 	RwError		err;
 
 	for (;;)
 	{
 		redisReply *r;
-		TimestampTz now;
+		int64		now;
 
 		while (sub->ctx != NULL && rw_conn_read_pending(sub, &r, &err) && r != NULL)
 		{
@@ -174,31 +164,28 @@ await_push(bool (*match) (redisReply *), long timeout_ms)
 		}
 		if (sub->ctx == NULL)
 			return false;
-		now = GetCurrentTimestamp();
-		if (now >= deadline ||
-			!rw_conn_wait_readable(sub, TimestampDifferenceMilliseconds(now, deadline)))
+		now = rw_now_ms();
+		if (now >= deadline || !rw_conn_wait_readable(sub, deadline - now))
 			return false;
 	}
 }
 
 /* Listen on the lock's channel; true once Redis confirmed it. */
 static bool
-subscribe(void)
+wait_subscribe(void)
 {
-	RwConn	   *sub = &wait.node->sub;
-	RwRequest	req = {sub};
+	RwConn	   *sub = &wait_state.node->sub;
 	RwError		err;
-	const char *argv[2] = {"SUBSCRIBE", wait.keys->channel};
-	size_t		lens[2] = {9, wait.keys->channel_len};
+	const char *argv[2] = {"SUBSCRIBE", wait_state.keys.channel};
+	size_t		lens[2] = {9, wait_state.keys.channel_len};
 
-	if (!rw_conn_ensure(sub, RW_INTERRUPTIBLE, &err))
+	if (!rw_conn_ensure(sub, &err))
 		rw_raise(sub, &err);
-	rw_append(&req, 2, argv, lens);
-	pfree(req.replies);
-	if (rw_conn_flush(sub, &err) &&
-		await_push(is_confirmation, rw_command_timeout_ms))
+	rw_append(sub, 2, argv, lens, NULL);
+	if (rw_flush(sub, rw_now_ms() + rw_command_timeout_ms, &err) &&
+		wait_for_push(wait_is_confirmation, rw_command_timeout_ms))
 	{
-		wait.subscribed = true;
+		wait_state.subscribed = true;
 		return true;
 	}
 	rw_conn_close(sub);
@@ -207,12 +194,12 @@ subscribe(void)
 
 /* Sleep until woken on the channel or timeout_ms passes. */
 static void
-sleep_until_woken(long timeout_ms)
+wait_sleep(long timeout_ms)
 {
-	if (wait.subscribed)
+	if (wait_state.subscribed)
 	{
-		if (!await_push(is_wakeup, timeout_ms) && wait.node->sub.ctx == NULL)
-			wait.subscribed = false;
+		if (!wait_for_push(wait_is_wakeup, timeout_ms) && wait_state.node->sub.ctx == NULL)
+			wait_state.subscribed = false;
 		return;
 	}
 	/* No subscription (it failed): poll, briefly, through the latch. */
@@ -223,7 +210,7 @@ sleep_until_woken(long timeout_ms)
 }
 
 static void
-report_upgrade_conflict(const char *name, const char *other)
+wait_report_upgrade_conflict(const char *name, const char *other)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
@@ -234,48 +221,59 @@ report_upgrade_conflict(const char *name, const char *other)
 }
 
 static void
-report_lock_timeout(const char *name, char mode)
+wait_report_lock_timeout(const char *name, RwMode mode)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("canceling statement due to lock timeout"),
 			 errdetail("Waited %d ms for the %s lock on Redis lock \"%s\".",
-					   LockTimeout, mode == 'w' ? "write" : "read", name)));
+					   LockTimeout, mode == RW_WRITE ? "write" : "read", name)));
 }
 
 /*
  * Take the lock in `mode`, waiting up to timeout_ms (-1: forever, 0: not at
- * all). held_mode is what the session already holds in Redis ('r' when this
- * is an upgrade). On success sets *token and returns true. When the time runs
- * out, returns false, or raises 55P03 if timeout_is_error.
+ * all). held_mode is what the session already holds in Redis (RW_READ when
+ * this is an upgrade). On success sets *token and returns true; the caller
+ * records the grant, then calls rw_wait_done. When the time runs out,
+ * returns false, or raises 55P03 if timeout_is_error.
+ *
+ * An acquisition that fails in flight may have been granted all the same:
+ * before the error is raised, the release of what it may have granted is
+ * owed (release.c), so the name is never taken again before Redis is rid of
+ * it. An acquisition that never reached Redis owes nothing.
  */
 bool
 rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
-				char mode, char held_mode, long timeout_ms,
+				RwMode mode, RwMode held_mode, long timeout_ms,
 				bool timeout_is_error, int64 *token)
 {
-	TimestampTz deadline = timeout_ms < 0 ? DT_NOEND :
-		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	int64		deadline = timeout_ms < 0 ? PG_INT64_MAX : rw_now_ms() + timeout_ms;
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 
-	wait_begin(node, keys, held_mode, intent > 0 && mode == 'w');
+	wait_begin(node, keys, name, held_mode, intent > 0 && mode == RW_WRITE);
 	for (;;)
 	{
 		RwAcquireStatus status;
 		int64		result;
 		char	   *other = NULL;
 		long		left;
+		RwError		err;
 
-		wait.in_flight = true;
 		status = rw_proto_acquire(&node->cmd, keys, mode, rw_lease_ms, intent,
-								  &result, &other);
-		wait.in_flight = false;
-
+								  &result, &other, &err);
 		if (status == RW_GRANTED)
 		{
-			wait_end(false);
 			*token = result;
 			return true;
+		}
+		if (status == RW_ACQ_FAILED)
+		{
+			if (err.maybe_sent)
+				rw_release_owe(node, name, keys,
+							   held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING,
+							   rw_lease_ms);
+			wait_end(true);
+			rw_raise(&node->cmd, &err);
 		}
 		if (status == RW_UPGRADE_CONFLICT)
 		{
@@ -283,25 +281,24 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			wait_end(true);
 			if (!timeout_is_error)
 				return false;
-			report_upgrade_conflict(name, other);
+			wait_report_upgrade_conflict(name, other);
 		}
 
-		left = deadline == DT_NOEND ? -1 :
-			(GetCurrentTimestamp() >= deadline ? 0 :
-			 TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline));
+		left = deadline == PG_INT64_MAX ? -1 : Max(deadline - rw_now_ms(), 0);
 		if (left == 0)
 		{
 			wait_end(true);
 			if (timeout_is_error)
-				report_lock_timeout(name, mode);
+				wait_report_lock_timeout(name, mode);
 			return false;
 		}
-		if (!wait.subscribed)
+		if (!wait_state.subscribed)
 		{
 			/* Try again once listening, before any sleep. */
-			if (subscribe())
+			if (wait_subscribe())
 				continue;
 		}
+
 		/*
 		 * The session's other holds (and, in an upgrade, its read lock) must
 		 * not lapse while it waits: renew those due, and wake in time for the
@@ -312,7 +309,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		/* Never sleep past the blocker's lease, or let our mark lapse. */
 		if (intent > 0)
 			result = Min(result, intent / 2);
-		sleep_until_woken(left < 0 ? result : Min(result, left));
+		wait_sleep(left < 0 ? result : Min(result, left));
 		CHECK_FOR_INTERRUPTS();
 	}
 }

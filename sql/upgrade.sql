@@ -1,0 +1,32 @@
+-- Every change to the SQL objects ships as an upgrade script from 1.0:
+-- ALTER EXTENSION rwlock UPDATE ends where CREATE EXTENSION does.
+DROP EXTENSION rwlock;
+CREATE EXTENSION rwlock VERSION '1.0';
+SELECT extversion FROM pg_extension WHERE extname = 'rwlock';
+SELECT has_table_privilege('public', 'redis_held_locks', 'SELECT') AS held_public,
+       has_table_privilege('public', 'redis_locks', 'SELECT') AS locks_public;
+ALTER EXTENSION rwlock UPDATE;
+SELECT extversion = (SELECT default_version FROM pg_available_extensions
+                      WHERE name = 'rwlock') AS at_default
+  FROM pg_extension WHERE extname = 'rwlock';
+SELECT has_table_privilege('public', 'redis_held_locks', 'SELECT') AS held_public,
+       has_table_privilege('public', 'redis_locks', 'SELECT') AS locks_public;
+-- the updated extension works
+SELECT redis_wlock('upgraded') > 0 AS ok;
+SELECT redis_unlock('upgraded');
+-- and matches a fresh one: the same objects, the same grants
+CREATE TEMP TABLE updated AS
+  SELECT pg_describe_object(classid, objid, objsubid) AS obj
+    FROM pg_depend WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'rwlock')
+     AND deptype = 'e';
+DROP EXTENSION rwlock;
+CREATE EXTENSION rwlock;
+SELECT pg_describe_object(classid, objid, objsubid) AS obj
+  FROM pg_depend WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'rwlock')
+   AND deptype = 'e'
+EXCEPT SELECT obj FROM updated;
+SELECT obj FROM updated
+EXCEPT SELECT pg_describe_object(classid, objid, objsubid)
+  FROM pg_depend WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'rwlock')
+   AND deptype = 'e';
+SELECT has_table_privilege('public', 'redis_held_locks', 'SELECT') AS held_public;

@@ -1,0 +1,358 @@
+/*-------------------------------------------------------------------------
+ *
+ * release.c
+ *	  Releases owed to Redis: the one place that knows which releases were
+ *	  sent and not yet answered, and which must be sent again.
+ *
+ * A release is owed from the moment the session decides to let go of a lock
+ * in Redis until Redis has answered it. It is one record, tied to the name
+ * (and so to the hold) it belongs to, in one of two states:
+ *	  sent	 on the node's command connection, tagged with the record; the
+ *			 answer is read by any later exchange on that connection;
+ *	  unsent to send again: the connection failed before the answer came
+ *			 (the release may or may not have run), or could not be opened.
+ *
+ * The rule that keeps a lock from ever being held twice: before a name is
+ * acquired again on a node, every release owed for that name there has been
+ * answered (rw_release_settle_name). A release cannot be applied to a hold
+ * taken after it, because none is taken while it is owed; if it cannot be
+ * completed, the acquisition fails and grants nothing. Running a release
+ * twice is harmless: release.lua only removes what the owner holds and
+ * never creates a hold.
+ *
+ * Releases whose answer nobody waits for (at transaction end, at exit, by
+ * redis_unlock_all and DISCARD ALL) are sent as EVAL, with the script's body
+ * (scripts.c): a SCRIPT FLUSH, restart or failover that emptied Redis's
+ * script cache cannot make them fail, so the lock is free as soon as Redis
+ * reads them, whether or not the session ever makes another call.
+ *
+ * Reports (a hold found lost, a refused release) are noted, never raised
+ * here: this file runs from commit and exit callbacks and between Redis's
+ * answers and the records of them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "rwlock.h"
+
+#include "utils/memutils.h"
+
+typedef struct RwOwed
+{
+	RwNode	   *node;
+	char	   *name;
+	RwKeys		keys;
+	RwKeep		keep;
+	int			lease_ms;		/* of a kept read lock */
+	bool		sent;			/* on node->cmd, answer not read yet */
+	bool		warn_if_lost;	/* a hold the session believed held */
+	struct RwOwed *next;
+} RwOwed;
+
+static RwOwed *owed_head = NULL;	/* oldest first */
+static bool release_unflushed = false;	/* rw_release_later queued output */
+
+static void
+release_drop(RwOwed *rec)
+{
+	RwOwed	  **link = &owed_head;
+	RwNode	   *node = rec->node;
+
+	while (*link != rec)
+		link = &(*link)->next;
+	*link = rec->next;
+	rw_free_keys(&rec->keys);
+	pfree(rec->name);
+	pfree(rec);
+	node->nowed--;
+	rw_node_forget_if_unused(node);
+}
+
+static RwOwed *
+release_record(RwNode *node, const char *name, const RwKeys *keys,
+			   RwKeep keep, int lease_ms, bool warn_if_lost)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	RwOwed	   *rec = palloc0(sizeof(RwOwed));
+	RwOwed	  **link = &owed_head;
+
+	rec->node = node;
+	rec->name = pstrdup(name);
+	rw_copy_keys(keys, &rec->keys, TopMemoryContext);
+	rec->keep = keep;
+	rec->lease_ms = lease_ms;
+	rec->warn_if_lost = warn_if_lost;
+	while (*link != NULL)
+		link = &(*link)->next;
+	*link = rec;
+	node->nowed++;
+	MemoryContextSwitchTo(old);
+	return rec;
+}
+
+/* The unsent record of a name on a node, if any. */
+static RwOwed *
+release_find_unsent(RwNode *node, const char *name)
+{
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && !rec->sent && strcmp(rec->name, name) == 0)
+			return rec;
+	return NULL;
+}
+
+/*
+ * Owe a release that must be sent again: it failed, or a command that may
+ * have granted the lock was cut off. One unsent record per name: the one
+ * that lets go of more wins (nothing kept < a read lock kept < only the
+ * intent withdrawn).
+ */
+void
+rw_release_owe(RwNode *node, const char *name, const RwKeys *keys,
+			   RwKeep keep, int lease_ms)
+{
+	RwOwed	   *rec = release_find_unsent(node, name);
+
+	if (rec == NULL)
+		(void) release_record(node, name, keys, keep, lease_ms, false);
+	else if (keep < rec->keep)
+	{
+		rec->keep = keep;
+		rec->lease_ms = lease_ms;
+	}
+}
+
+/* Queue a record's release on its node's open connection, tagged with it. */
+static void
+release_append(RwOwed *rec)
+{
+	rw_proto_release_append(&rec->node->cmd, &rec->keys, rec->keep,
+							rec->lease_ms, rec);
+	rec->sent = true;
+	release_unflushed = true;
+}
+
+/* What Redis answered to a sent record; the record is dropped or kept. */
+static void
+release_answered(RwOwed *rec, redisReply *reply)
+{
+	RwError		err;
+	int			held;
+
+	if (reply == NULL)
+	{
+		/* The connection closed first: it may or may not have run. */
+		rec->sent = false;
+		return;
+	}
+	held = rw_proto_release_result(reply, &err);
+	if (held == 0 && rec->warn_if_lost && rec->keep != RW_KEEP_ALL)
+	{
+		RwHeld	   *h = rw_holds_find(rec->name);
+
+		/* A downgrade that found the lock gone: the read hold left is lost. */
+		if (rec->keep == RW_KEEP_READ && h != NULL && h->node == rec->node)
+			h->lost = true;
+		rw_note_lost(rec->name,
+					 "Its release found that its lease had run out or Redis had lost its data.");
+	}
+	else if (held < 0 && rec->keep != RW_KEEP_ALL)
+	{
+		char		msg[RW_NAME_MAX + 64];
+		char		detail[512];
+
+		snprintf(msg, sizeof(msg), "could not release Redis lock \"%s\"", rec->name);
+		snprintf(detail, sizeof(detail),
+				 "Redis answered: %s. The lock is left to its lease.", err.msg);
+		rw_note_warning(ERRCODE_INTERNAL_ERROR, msg, detail);
+	}
+	release_drop(rec);
+}
+
+/* Read, without waiting, the answers that have arrived on one node. */
+static void
+release_read_node(RwNode *node)
+{
+	RwLate	   *late;
+	int			n = rw_take_late(&node->cmd, &late);
+
+	for (int i = 0; i < n; i++)
+		release_answered((RwOwed *) late[i].tag, late[i].reply);
+	if (late)
+		pfree(late);
+}
+
+/*
+ * Read the answers that have arrived to sent releases, on every node,
+ * without waiting. Never throws.
+ */
+void
+rw_release_read_answers(void)
+{
+	for (RwNode *node = rw_first_node(), *next; node != NULL; node = next)
+	{
+		next = node->next;		/* a node may be freed on the way */
+		if (node->nowed > 0)
+			release_read_node(node);
+	}
+}
+
+/*
+ * Release now and wait for the answer: 1 if the hold was still ours, 0 if
+ * it had been lost, -1 if Redis could not be asked or refused (*err says
+ * which). Every release owed for the name is completed first. A release
+ * that could not be done stays owed unless Redis refused it outright (an
+ * error reply, which no retry would change). Never throws.
+ */
+int
+rw_release_now(RwNode *node, const char *name, const RwKeys *keys,
+			   RwKeep keep, int lease_ms, RwError *err)
+{
+	int			held;
+
+	if (!rw_release_settle_name(node, name, err))
+	{
+		rw_release_owe(node, name, keys, keep, lease_ms);
+		return -1;
+	}
+	held = rw_proto_release(&node->cmd, keys, keep, lease_ms, err);
+	if (held < 0 && err->kind != RW_ERR_REPLY)
+		rw_release_owe(node, name, keys, keep, lease_ms);
+	return held;
+}
+
+/*
+ * Queue a release whose answer is read later (at transaction end, exit,
+ * redis_unlock_all): it goes out with rw_release_flush. With no connection
+ * to be had it is owed, to be sent again; a writer's intent (RW_KEEP_ALL)
+ * is simply left to its short lease. Never throws.
+ */
+void
+rw_release_later(RwNode *node, const char *name, const RwKeys *keys,
+				 RwKeep keep, int lease_ms)
+{
+	RwOwed	   *rec;
+	RwError		err;
+
+	if (keep == RW_KEEP_ALL && node->cmd.ctx == NULL)
+		return;
+	if (keep != RW_KEEP_ALL && (rec = release_find_unsent(node, name)) != NULL)
+	{
+		rec->keep = Min(rec->keep, keep);
+		rec->warn_if_lost = false;	/* it may have run before */
+	}
+	else
+		rec = release_record(node, name, keys, keep, lease_ms, true);
+	if (rw_conn_ensure(&node->cmd, &err))
+		release_append(rec);
+}
+
+/*
+ * Send what rw_release_later queued. A connection that fails here is
+ * closed, and its records become unsent: they are sent again before their
+ * names are taken again, or at exit. Never throws.
+ */
+void
+rw_release_flush(void)
+{
+	if (!release_unflushed)
+		return;
+	release_unflushed = false;
+	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
+	{
+		RwError		err;
+
+		if (node->cmd.ctx != NULL)
+			(void) rw_flush(&node->cmd, rw_now_ms() + rw_command_timeout_ms, &err);
+	}
+}
+
+/*
+ * Send, without waiting for their answers, the releases a node is owed that
+ * are not on their way: at the start of an operation on the node, and at
+ * exit. Tries to connect at most once per call. Never throws.
+ */
+void
+rw_release_send_owed(RwNode *node)
+{
+	RwError		err;
+	bool		any = false;
+
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && !rec->sent)
+			any = true;
+	if (!any || !rw_conn_ensure(&node->cmd, &err))
+		return;
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && !rec->sent)
+			release_append(rec);
+	rw_release_flush();
+}
+
+/*
+ * Complete every release owed for `name` on `node`: wait for the answers of
+ * those sent, and send again, waiting for the answer, those that need it.
+ * False, with *err, if one cannot be completed now: then the name must not
+ * be taken on this node. Never throws.
+ */
+bool
+rw_release_settle_name(RwNode *node, const char *name, RwError *err)
+{
+	RwOwed	   *rec;
+
+	err->kind = RW_OK;
+	if (node->nowed == 0)
+		return true;
+	release_read_node(node);
+	for (;;)
+	{
+		int64		deadline = rw_now_ms() + rw_command_timeout_ms;
+
+		for (rec = owed_head; rec != NULL; rec = rec->next)
+			if (rec->node == node && strcmp(rec->name, name) == 0)
+				break;
+		if (rec == NULL)
+			return true;
+		if (rec->sent)
+		{
+			if (!rw_await_tag(&node->cmd, rec, deadline, err))
+			{
+				release_read_node(node);
+				return false;
+			}
+			release_read_node(node);
+			continue;
+		}
+		else
+		{
+			int			held = rw_proto_release(&node->cmd, &rec->keys, rec->keep,
+												rec->lease_ms, err);
+
+			if (held < 0 && err->kind != RW_ERR_REPLY)
+				return false;
+			if (held < 0)
+			{
+				char		msg[RW_NAME_MAX + 64];
+				char		detail[512];
+
+				snprintf(msg, sizeof(msg), "could not release Redis lock \"%s\"", rec->name);
+				snprintf(detail, sizeof(detail),
+						 "Redis answered: %s. The lock is left to its lease.", err->msg);
+				rw_note_warning(ERRCODE_INTERNAL_ERROR, msg, detail);
+				err->kind = RW_OK;
+			}
+			release_drop(rec);
+		}
+	}
+}
+
+/*
+ * At backend exit: send every release still owed that is not on its way,
+ * without waiting for answers. The caller bounds the time (rw_conn_limit).
+ */
+void
+rw_release_at_exit(void)
+{
+	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
+		if (node->nowed > 0)
+			rw_release_send_owed(node);
+	rw_release_flush();
+}

@@ -1,4 +1,4 @@
-/* rwlock--1.0.sql: the SQL interface of rwlock (SPEC section 2 and 5). */
+/* rwlock--1.0.sql: the SQL interface of rwlock, version 1.0 (README.md, "Functions"). */
 \echo Use "CREATE EXTENSION rwlock" to load this file. \quit
 
 CREATE FUNCTION redis_wlock(name text) RETURNS bigint
@@ -29,14 +29,14 @@ CREATE FUNCTION redis_held_locks_fn(
   AS 'MODULE_PATHNAME', 'redis_held_locks' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 CREATE VIEW redis_held_locks AS SELECT * FROM redis_held_locks_fn();
 
--- The state of one lock as Redis has it now (SPEC 5).
+-- The state of one lock as Redis has it now.
 CREATE FUNCTION redis_lock_info(name text,
     OUT state text, OUT token bigint, OUT writer text, OUT readers text[],
     OUT waiting text[], OUT lease_left interval)
   RETURNS record
   AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--- The Redis servers this session talks to (SPEC 5).
+-- The Redis servers this session talks to.
 CREATE FUNCTION redis_connection_info(
     OUT url text, OUT current boolean, OUT connected boolean,
     OUT listening boolean, OUT rtt_ms double precision, OUT holds integer,
@@ -44,7 +44,7 @@ CREATE FUNCTION redis_connection_info(
   RETURNS SETOF record
   AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--- Leases (SPEC section 3) and the server-wide view of holds: keeper.c.
+-- Leases and the server-wide view of holds: keeper.c.
 
 -- Renew every lease this session holds, now; returns how many were renewed
 -- and warns about each hold found lost. Needed only without the keeper.

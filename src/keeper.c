@@ -236,7 +236,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (slot >= 0 && !(shared->slots[slot].in_use &&
 					   shared->slots[slot].pid == MyProcPid))
-		slot = -1;				/* not ours any more: cannot happen, but */
+		slot = -1;				/* not ours any more (cannot happen): take a new one */
 	if (slot < 0)
 	{
 		slot = shared->free_head;

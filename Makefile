@@ -9,7 +9,10 @@ SHLIB_LINK = -lhiredis
 PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua
 EXTRA_CLEAN = src/lua_scripts.c
-REGRESS = rwlock state privileges sessions keeper upgrade
+REGRESS = rwlock state privileges sessions upgrade
+# Run in a server with rwlock in shared_preload_libraries (test/run.sh):
+#   make installcheck REGRESS=keeper ISOLATION=
+REGRESS_PRELOADED = keeper
 ISOLATION = rw-basic rw-preference rw-xact rw-timeout rw-upgrade
 # The TAP suite (t/*.pl) runs by test/tap.sh, not PGXS's TAP_TESTS: see there.
 

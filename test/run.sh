@@ -15,9 +15,12 @@ for _ in $(seq 50); do redis-cli -p 6379 ping >/dev/null 2>&1 && break; sleep 0.
 make -s
 make -s install
 status=0
-pg_virtualenv -t -s make installcheck || { status=1; cat regression.diffs output_iso/regression.diffs 2>/dev/null || true; }
+pg_virtualenv -t make installcheck || { status=1; cat regression.diffs output_iso/regression.diffs 2>/dev/null || true; }
+# The keeper's regress test, where the keeper runs.
+pg_virtualenv -t -o shared_preload_libraries=rwlock make installcheck REGRESS=keeper ISOLATION= ||
+  { status=1; cat regression.diffs 2>/dev/null || true; }
 bash test/protocol.sh || status=1
-pg_virtualenv -t -s /usr/bin/python3 test/cross_test.py || status=1
-pg_virtualenv -t -s /usr/bin/python3 test/load.py || status=1
+pg_virtualenv -t /usr/bin/python3 test/cross_test.py || status=1
+pg_virtualenv -t /usr/bin/python3 test/load.py || status=1
 bash test/tap.sh || status=1
 exit $status

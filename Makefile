@@ -13,7 +13,7 @@ REGRESS = rwlock state privileges sessions upgrade
 # Run in a server with rwlock in shared_preload_libraries (test/run.sh):
 #   make installcheck REGRESS=keeper ISOLATION=
 REGRESS_PRELOADED = keeper
-ISOLATION = rw-basic rw-preference rw-xact rw-timeout rw-upgrade
+ISOLATION = rw-setup rw-basic rw-preference rw-xact rw-timeout rw-upgrade
 # The TAP suite (t/*.pl) runs by test/tap.sh, not PGXS's TAP_TESTS: see there.
 
 PG_CONFIG ?= pg_config

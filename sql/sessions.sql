@@ -5,6 +5,17 @@ SET rwlock.key_prefix = 'rwtest2';
 SELECT dblink_connect('other', format('dbname=%s port=%s host=%s', current_database(),
   current_setting('port'), split_part(current_setting('unix_socket_directories'), ',', 1)));
 SELECT * FROM dblink('other', $$SET rwlock.key_prefix = 'rwtest2'; SELECT 1$$) AS t(x int);
+-- What the other session sends at the end of a transaction (a release, a
+-- waiter's intent withdrawn) is not waited for, and reaches Redis on its own
+-- socket: give it up to 500 ms (much less than the 2 s an intent lives by
+-- itself) to be seen on ours.
+CREATE FUNCTION settled(lock text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1..50 LOOP
+    EXIT WHEN cardinality((redis_lock_info(lock)).waiting) = 0;
+    PERFORM pg_sleep(0.01);
+  END LOOP;
+END $$;
 
 -- the other session holds the write lock
 SELECT * FROM dblink('other', $$SELECT redis_wlock('w') > 0$$) AS t(ok bool);
@@ -35,7 +46,7 @@ SELECT dblink_exec('other', 'BEGIN');
 SELECT * FROM dblink('other', $$SELECT redis_wlock_xact('tx') > 0$$) AS t(ok bool);
 SELECT redis_try_rlock('tx') AS blocked_in_xact;
 SELECT dblink_exec('other', 'COMMIT');
-SELECT redis_try_rlock('tx') AS free_after_commit;
+SELECT redis_try_rlock('tx', '1s') AS free_after_commit;
 SELECT redis_unlock('tx');
 
 -- a waiting writer is visible in Redis and gets the lock when we release
@@ -61,11 +72,13 @@ SELECT dblink_cancel_query('other');
 SELECT * FROM dblink_get_result('other', false) AS t(token bigint);
 SELECT clock_timestamp() - :'t0' < interval '500ms' AS prompt;
 SELECT * FROM dblink_get_result('other', false) AS t(token bigint);
+SELECT settled('c');
 SELECT state, cardinality(waiting) AS waiting FROM redis_lock_info('c');
 -- and so does one that statement_timeout ends
 SELECT * FROM dblink('other', $$SET statement_timeout = '300ms'; SELECT 1$$) AS t(x int);
 SELECT * FROM dblink('other', $$SELECT redis_wlock('c')$$, false) AS t(token bigint);
 SELECT * FROM dblink('other', $$RESET statement_timeout; SELECT 1$$) AS t(x int);
+SELECT settled('c');
 SELECT state, cardinality(waiting) AS waiting FROM redis_lock_info('c');
 SELECT redis_unlock('c');
 SELECT * FROM dblink('other', $$SELECT redis_try_wlock('c')$$) AS t(free_for_other bool);
@@ -89,3 +102,4 @@ SELECT * FROM dblink('other', $$SELECT redis_wlock('e') > 0$$) AS t(ok bool);
 SELECT dblink_disconnect('other');
 SELECT redis_try_wlock('e', '2s') AS released_at_exit;
 SELECT redis_unlock_all();
+DROP FUNCTION settled(text);

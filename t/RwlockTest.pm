@@ -15,7 +15,10 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(redis_start redis_stop redis_cli new_node session sq
-  wait_until elapsed_since lock_state keeper_pid);
+  wait_until elapsed_since lock_state keeper_pid
+  sq_send sq_poll sq_wait sqlstate redis_pid redis_holders redis_mode_of
+  session_owner session_pid backend_gone strip_location
+  redis_sigstop redis_sigcont redis_answers);
 
 # The suite may run under `PGOPTIONS=... make installcheck`; its clusters
 # get their settings from postgresql.conf only.
@@ -39,9 +42,11 @@ my %started;
 END { redis_cli($_, 'SHUTDOWN', 'NOSAVE') for keys %started; }
 
 # Start a Redis (again, on the same port if given); returns its port.
+# Arguments after the port are passed on to redis-server (e.g.
+# '--requirepass', 'secret' or '--enable-debug-command', 'yes').
 sub redis_start
 {
-	my ($port) = @_;
+	my ($port, @extra) = @_;
 	if (!$port)
 	{
 		for my $p (6382 .. 6389)
@@ -55,7 +60,7 @@ sub redis_start
 	system('redis-server', '--port', $port, '--bind', '127.0.0.1',
 		'--save', '', '--appendonly', 'no', '--dir', $dir,
 		'--daemonize', 'yes', '--pidfile', "$dir/redis.pid",
-		'--logfile', "$dir/redis.log") == 0
+		'--logfile', "$dir/redis.log", @extra) == 0
 	  or die "redis-server failed to start";
 	for (1 .. 100)
 	{
@@ -170,5 +175,170 @@ sub keeper_pid
 }
 
 sub elapsed_since { return sprintf('%.3f', time - $_[0]); }
+
+# ---------------------------------------------------------------------
+# Helpers for the fault tests (006-009).
+# ---------------------------------------------------------------------
+
+# The pid of the redis-server on $port (from its pid file).
+sub redis_pid
+{
+	my ($port) = @_;
+	my $file = "$PostgreSQL::Test::Utils::tmp_check/redis$port/redis.pid";
+	my $pid = -e $file ? slurp_file($file) : '';
+	chomp $pid;
+	die "no pid file for the Redis on port $port" unless $pid =~ /^\d+$/;
+	return $pid;
+}
+
+# Freeze a Redis with SIGSTOP (it accepts connections into the kernel's
+# backlog but answers nothing) and thaw it with SIGCONT. Every Redis frozen
+# is thawed when the test ends, before the END block above shuts it down
+# (END blocks run last-defined first).
+my %frozen;
+sub redis_sigstop
+{
+	my ($port) = @_;
+	my $pid = redis_pid($port);
+	kill 'STOP', $pid or die "kill -STOP $pid: $!";
+	$frozen{$port} = $pid;
+	return $pid;
+}
+
+sub redis_sigcont
+{
+	my ($port) = @_;
+	my $pid = delete $frozen{$port} // redis_pid($port);
+	kill 'CONT', $pid;
+	return $pid;
+}
+END { kill 'CONT', $_ for values %frozen; }
+
+# Send SQL to a session without waiting for it; sq_poll tells whether it is
+# done, sq_wait waits for it (at most $timeout s) and returns
+# (stdout, stderr, seconds since it was sent), or () if it is not done yet
+# (it may then be waited for again).
+sub sq_send
+{
+	my ($s, $sql) = @_;
+	my $n = $s->{query_cnt}++;
+	my $banner = "background_psql: QUERY_SEPARATOR $n:";
+	$s->{stdout} = '';
+	$s->{stderr} = '';
+	$s->{rw_banner} = $banner;
+	$s->{rw_t0} = time;
+	$s->{stdin} .= "$sql\n;\n\\echo '$banner'\n\\warn '$banner'\n";
+	$s->{run}->pump_nb;
+	return $s->{rw_t0};
+}
+
+sub sq_poll
+{
+	my ($s) = @_;
+	my $b = $s->{rw_banner};
+	eval { $s->{run}->pump_nb; };
+	return $s->{stdout} =~ /\Q$b\E\r?\n/ && $s->{stderr} =~ /\Q$b\E\r?\n/;
+}
+
+sub sq_wait
+{
+	my ($s, $timeout) = @_;
+	my $t_end = time + $timeout;
+	my $done;
+	while (!($done = sq_poll($s)) && time < $t_end)
+	{
+		sleep 0.005;
+	}
+	return () unless $done;
+	my $secs = time - $s->{rw_t0};
+	my $b = $s->{rw_banner};
+	my ($out, $err) = ($s->{stdout}, $s->{stderr});
+	$out =~ s/\r?\n?\Q$b\E\r?\n//;
+	$err =~ s/\r?\n?\Q$b\E\r?\n//;
+	$s->{stdout} = '';
+	$s->{stderr} = '';
+	return ($out, $err, $secs);
+}
+
+# The SQLSTATE of the first ERROR (or FATAL) in a session's stderr
+# (VERBOSITY verbose), or '' if none.
+sub sqlstate
+{
+	my ($err) = @_;
+	return ($err // '') =~ /(?:ERROR|FATAL):  ([0-9A-Z]{5}): / ? $1 : '';
+}
+
+# Messages without their LOCATION lines (which name C functions and files).
+sub strip_location
+{
+	my ($err) = @_;
+	$err =~ s/^LOCATION:.*\n?//mg;
+	return $err;
+}
+
+sub session_pid
+{
+	my ($s) = @_;
+	my ($pid) = sq($s, 'SELECT pg_backend_pid()');
+	return $pid;
+}
+
+# The owner id a session uses in Redis (it must have used rwlock already).
+sub session_owner
+{
+	my ($s) = @_;
+	my ($owner) = sq($s, 'SELECT owner FROM redis_connection_info() LIMIT 1');
+	return $owner;
+}
+
+# Who holds a lock in Redis, read with redis-cli (no lease check: the tests
+# use leases long enough): (writer or '', [readers]).
+sub redis_holders
+{
+	my ($port, $prefix, $name) = @_;
+	my $writer = redis_cli($port, 'HGET', "$prefix:{$name}", 'w');
+	my @readers = grep { $_ ne '' }
+	  split /\n/, redis_cli($port, 'ZRANGE', "$prefix:{$name}:r", '0', '-1');
+	return ($writer, \@readers);
+}
+
+# What Redis has for one owner: 'write', 'read' or ''.
+sub redis_mode_of
+{
+	my ($port, $prefix, $name, $owner) = @_;
+	my ($writer, $readers) = redis_holders($port, $prefix, $name);
+	return 'write' if $writer eq $owner;
+	return 'read' if grep { $_ eq $owner } @$readers;
+	return '';
+}
+
+# Whether the Redis on $port answers a PING within $timeout seconds (it
+# does not while it runs DEBUG SLEEP or is stopped). Never blocks longer.
+sub redis_answers
+{
+	my ($port, $timeout) = @_;
+	my $sock = IO::Socket::INET->new(
+		PeerAddr => '127.0.0.1',
+		PeerPort => $port,
+		Proto => 'tcp',
+		Timeout => $timeout) or return 0;
+	$sock->blocking(0);
+	syswrite($sock, "PING\r\n");
+	my $rin = '';
+	vec($rin, fileno($sock), 1) = 1;
+	my $ready = select(my $rout = $rin, undef, undef, $timeout);
+	my $buf = '';
+	sysread($sock, $buf, 64) if $ready > 0;
+	close $sock;
+	return $buf =~ /^\+PONG/ ? 1 : 0;
+}
+
+# Whether a backend is gone from pg_stat_activity.
+sub backend_gone
+{
+	my ($node, $pid) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") eq '0';
+}
 
 1;

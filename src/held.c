@@ -102,25 +102,6 @@ held_push(RwHeld *h, RwMode mode, RwLevel level)
 	}
 }
 
-/* What a failed release is reported as; the release stays owed. */
-static void
-held_note_release_failed(RwHeld *h, const RwError *err)
-{
-	char		msg[RW_NAME_MAX + 64];
-	char		detail[512];
-
-	snprintf(msg, sizeof(msg), "could not release Redis lock \"%s\"", h->name);
-	if (err->kind == RW_ERR_REPLY)
-		snprintf(detail, sizeof(detail),
-				 "Redis answered: %s. The lock is left to its lease.", err->msg);
-	else
-		snprintf(detail, sizeof(detail),
-				 "%s. The release is sent again before this session takes the lock again; if Redis stays out of reach, the lease frees the lock.",
-				 err->msg);
-	rw_note_warning(err->kind == RW_ERR_REPLY ? ERRCODE_INTERNAL_ERROR :
-					ERRCODE_CONNECTION_FAILURE, msg, detail);
-}
-
 /*
  * Bring Redis in line with the holds left after some were let go. With
  * later, the release is only queued (sent by rw_release_flush, answered
@@ -161,7 +142,7 @@ held_release(RwHeld *h, bool later)
 				rw_note_lost(h->name, NULL);
 			}
 			else if (held < 0 && err.kind != RW_ERR_INTERRUPTED)
-				held_note_release_failed(h, &err);
+				rw_note_release_failed(h->name, &err);
 			ok = held == 1;
 		}
 		h->redis_mode = want;

@@ -130,6 +130,32 @@ release_append(RwOwed *rec)
 	release_unflushed = true;
 }
 
+/*
+ * Note that a release failed: refused by Redis (left to the lease), or not
+ * done for want of a connection (owed, sent again).
+ */
+void
+rw_note_release_failed(const char *name, const RwError *err)
+{
+	char		msg[RW_NAME_MAX + 64];
+	char		detail[512];
+	int			len = strlen(err->msg);
+
+	/* Redis's messages may end with a period; ours add sentences after. */
+	if (len > 0 && err->msg[len - 1] == '.')
+		len--;
+	snprintf(msg, sizeof(msg), "could not release Redis lock \"%s\"", name);
+	if (err->kind == RW_ERR_REPLY)
+		snprintf(detail, sizeof(detail),
+				 "Redis answered: %.*s. The lock is left to its lease.", len, err->msg);
+	else
+		snprintf(detail, sizeof(detail),
+				 "%.*s. The release is sent again before this session takes the lock again; if Redis stays out of reach, the lease frees the lock.",
+				 len, err->msg);
+	rw_note_warning(err->kind == RW_ERR_REPLY ? ERRCODE_INTERNAL_ERROR :
+					ERRCODE_CONNECTION_FAILURE, msg, detail);
+}
+
 /* What Redis answered to a sent record; the record is dropped or kept. */
 static void
 release_answered(RwOwed *rec, redisReply *reply)
@@ -155,15 +181,7 @@ release_answered(RwOwed *rec, redisReply *reply)
 					 "Its release found that its lease had run out or Redis had lost its data.");
 	}
 	else if (held < 0 && rec->keep != RW_KEEP_ALL)
-	{
-		char		msg[RW_NAME_MAX + 64];
-		char		detail[512];
-
-		snprintf(msg, sizeof(msg), "could not release Redis lock \"%s\"", rec->name);
-		snprintf(detail, sizeof(detail),
-				 "Redis answered: %s. The lock is left to its lease.", err.msg);
-		rw_note_warning(ERRCODE_INTERNAL_ERROR, msg, detail);
-	}
+		rw_note_release_failed(rec->name, &err);
 	release_drop(rec);
 }
 
@@ -330,13 +348,7 @@ rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 				return false;
 			if (held < 0)
 			{
-				char		msg[RW_NAME_MAX + 64];
-				char		detail[512];
-
-				snprintf(msg, sizeof(msg), "could not release Redis lock \"%s\"", rec->name);
-				snprintf(detail, sizeof(detail),
-						 "Redis answered: %s. The lock is left to its lease.", err->msg);
-				rw_note_warning(ERRCODE_INTERNAL_ERROR, msg, detail);
+				rw_note_release_failed(rec->name, err);
 				err->kind = RW_OK;
 			}
 			release_drop(rec);

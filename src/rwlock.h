@@ -372,6 +372,7 @@ extern void rw_release_send_owed(RwNode *node);
 extern bool rw_release_settle_name(RwNode *node, const char *name, RwError *err);
 extern void rw_release_read_answers(void);
 extern void rw_release_at_exit(void);
+extern void rw_note_release_failed(const char *name, const RwError *err);
 
 /* ---- waiting.c ---- */
 extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,

@@ -647,10 +647,11 @@ def observer(port):
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float,
-                   default=float(os.environ.get("CHAOS_DURATION", "30")))
+                   default=float(os.environ.get("CHAOS_DURATION", "30")),
+                   help="seconds of faults (default 30, or $CHAOS_DURATION)")
     p.add_argument("--sessions", type=int,
                    default=int(os.environ.get("CHAOS_SESSIONS", "0")) or None,
-                   help="how many sessions (default: one per form in --forms)")
+                   help="how many sessions (default: one per entry of --forms, at least 6)")
     p.add_argument("--forms", default=os.environ.get("CHAOS_FORMS", DEFAULT_PLAN),
                    help="comma-separated form of each session, repeated as needed: "
                         "xact, session, try, try_xact, mixed")
@@ -671,7 +672,9 @@ def parse():
                    help="the faults injected in turn, comma-separated (default: %s); "
                         "'none' for a run without faults" % ",".join(FAULTS))
     p.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "0")) or
-                   int(time.time()) % 100000)
+                   int(time.time()) % 100000,
+                   help="seed of the sessions' choices and pauses (printed; the faults' "
+                        "timing makes no two runs alike anyway)")
     a = p.parse_args()
     a.plan = [f.strip() for f in a.forms.split(",") if f.strip()]
     a.timeouts = [t.strip() for t in a.command_timeout.split(",") if t.strip()]

@@ -3,8 +3,9 @@
 # PostgreSQL cluster (pg_virtualenv), builds and installs the extension, runs
 # pg_regress and the isolation specs through `make installcheck`, then the
 # protocol test, the cross-client test (Python client and SQL sessions; its own
-# Redis), the load test and the TAP suite (test/tap.sh: its own Redis servers
-# on 6382-6389, its own clusters).
+# Redis), the load test, the chaos test (faults injected into its own Redis;
+# CHAOS_DURATION, default 30 s) and the TAP suite (test/tap.sh: its own Redis
+# servers on 6382-6389, its own clusters, and pgbouncer in t/011).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=$(mktemp -d)
@@ -22,5 +23,6 @@ pg_virtualenv -t -o shared_preload_libraries=rwlock make installcheck REGRESS=ke
 bash test/protocol.sh || status=1
 pg_virtualenv -t /usr/bin/python3 test/cross_test.py || status=1
 pg_virtualenv -t /usr/bin/python3 test/load.py || status=1
+pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 bash test/tap.sh || status=1
 exit $status

@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs="build-essential postgresql-15 postgresql-server-dev-15 libhiredis-dev
       redis-server redis-tools libipc-run-perl python3-redis python3-psycopg2
-      gnuplot-nox iproute2 faketime"
+      gnuplot-nox iproute2 faketime pgbouncer libssl-dev"
 need=""
 for p in $pkgs; do
   dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
@@ -15,7 +15,10 @@ if [ -n "$need" ]; then
   apt-get update -qq
   apt-get install -y -qq $need >/dev/null
 fi
-# Debian starts its own Redis on install; ours are started by the scripts.
-if [ -e /etc/init.d/redis-server ]; then
-  service redis-server stop >/dev/null 2>&1 || true
-fi
+# Debian starts its own Redis and pgbouncer on install; ours are started by
+# the scripts.
+for svc in redis-server pgbouncer; do
+  if [ -e /etc/init.d/$svc ]; then
+    service $svc stop >/dev/null 2>&1 || true
+  fi
+done

@@ -14,4 +14,9 @@ exec unshare --mount --net --propagation private bash -c '
     cp -a "$d/." "$copy/"
     mount --bind "$copy" "$d"
   done
+  # PostgreSQL unix sockets (and their lock files) live here, not on the
+  # network: a private one keeps pg_virtualenv clusters apart too.
+  mkdir -p /var/run/postgresql
+  mount -t tmpfs tmpfs /var/run/postgresql
+  chown postgres: /var/run/postgresql 2>/dev/null || true
   exec "$@"' isolated "$@"

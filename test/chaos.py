@@ -1,0 +1,869 @@
+#!/usr/bin/python3
+"""chaos.py: one Redis write lock keeps a counter right while Redis misbehaves.
+
+Several SQL sessions (8 by default, at least 6), each its own connection,
+increment a counter row non-atomically: read it, pause 1-4 ms, write the
+value read + 1 (computed here, in the client). Each does so only while it
+holds the write lock "c", for CHAOS_DURATION seconds (default 30), while a
+fault injector disturbs Redis every 250 ms with, in turn:
+
+    SCRIPT FLUSH                 the next EVALSHA of each script gets NOSCRIPT
+    CLIENT KILL TYPE normal      every command connection drops
+    CLIENT PAUSE <150-250> WRITE the scripts stall
+    DEBUG SLEEP 0.2              Redis stalls altogether
+
+The sessions use every form of the write lock (SPEC section 2):
+
+    xact      BEGIN; redis_wlock_xact('c'); read; write; COMMIT
+    try_xact  BEGIN; redis_try_wlock_xact('c', '200ms'); read; write; COMMIT
+    session   redis_wlock('c'); read; write; redis_unlock('c')      (autocommit)
+    try       redis_try_wlock('c', '200ms'); read; write; redis_unlock('c')
+    mixed     a session that rotates through the four: a transaction is
+              followed by a session-level acquisition in the same session
+
+and, to press on the release paths:
+  - chain (--chain, default half the transactions): the COMMIT goes in one
+    message with the next round's acquisition ("COMMIT; BEGIN; SELECT
+    redis_wlock_xact('c')", "COMMIT; SELECT redis_wlock('c')"), as a
+    procedure looping over COMMIT does: the release sent at that COMMIT is
+    still unanswered when the acquisition starts;
+  - nested (--nested, default half the rounds): inside the critical section
+    the session takes a second lock, on a name of its own (released with the
+    first), as code holding several locks does;
+  - command timeouts (--command-timeout, default 1s and 150ms in turn): in a
+    200 ms stall the 1 s sessions never time out, the 150 ms ones do, in the
+    middle of acquisitions and releases.
+rwlock.lease is 10 s, so no lease lapses during a fault: every lost update
+is a hold shared by mistake (SPEC 8).
+
+The counter is a plain row, read by SELECT and written by UPDATE with the
+value computed here, READ COMMITTED, no FOR UPDATE: only the Redis lock can
+prevent a lost update. The statement that writes it also inserts a line into
+chaos_log, so the committed increments are counted by PostgreSQL itself,
+whatever the client saw (a COMMIT chained to an acquisition that failed has
+committed). A lock call that fails (class 08 is expected under these faults,
+57014 and 55P03 possible) is counted by SQLSTATE and the session goes on: it
+rolls back, and makes sure it holds nothing (redis_held_locks,
+redis_unlock_all()) before its next round.
+
+Exclusion is also checked as it happens:
+  - overlap: a session's lock call returned while another session was inside
+    its critical section (from its lock call's return to the start of the
+    message that releases);
+  - stale token: the token of the hold a session enters with
+    (redis_held_locks) must be above every token entered with before: equal
+    means Redis granted the session a hold it had never released;
+  - observer: a thread reads the lock's hash in Redis (field w, the writer)
+    while a session stays inside its critical section; the writer must be
+    that session's owner id.
+Each violation is reported with the last steps of the sessions involved and
+the faults before it; CHAOS_REPORTS (default 3) says how many are printed.
+
+After the faults stop, every session must make progress: one more increment
+in its own form and a final redis_wlock + redis_unlock, within a few tries,
+and hold nothing at the end; the lock must be free in Redis.
+
+One summary line gives the counts: increments per form, faults per kind,
+errors per SQLSTATE, warnings, violations, lost updates (committed
+increments less the counter; the values written twice are listed). Exits 1
+on a lost update, a violation, or a session that made no progress; 2 if a
+session is stuck (still in a call 90 s after the end).
+
+Run under pg_virtualenv with the extension installed (as test/run.sh does):
+
+    pg_virtualenv -t -s /usr/bin/python3 test/chaos.py [--duration S]
+        [--sessions N] [--forms xact,session,...] [--nested P] [--chain P]
+        [--command-timeout 1s,150ms] [--seed N]
+
+It starts its own redis-server (6393 if free, else a port the OS picks;
+$CHAOS_REDIS_PORT to choose) with the DEBUG command enabled, and stops it at
+the end however the test ends.
+"""
+import argparse
+import collections
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psycopg2
+import psycopg2.extensions
+import redis
+
+LOCK = "c"
+KEY = "rwlock:{c}"             # the lock's hash (default rwlock.key_prefix)
+FAULT_EVERY = 0.25
+FAULTS = ("script_flush", "client_kill", "client_pause", "debug_sleep")
+SETTINGS = (
+    ("rwlock.lease", "10s"),
+    ("rwlock.connect_timeout", "1s"),
+    ("lock_timeout", "10s"),
+    ("statement_timeout", "20s"),   # a hang fails the test, not stalls it
+)
+FORMS = ("xact", "session", "try", "try_xact")
+XACT_FORMS = ("xact", "try_xact")
+DEFAULT_PLAN = "xact,session,try,try_xact,xact,mixed,mixed,mixed"
+FINAL_TRIES = 10               # after the faults: tries of each final step,
+FINAL_SECONDS = 20             # within this time
+
+T0 = time.monotonic()
+
+
+def now_ms():
+    return (time.monotonic() - T0) * 1000.0
+
+
+# ---- a private Redis --------------------------------------------------------
+
+def free_port():
+    wanted = os.environ.get("CHAOS_REDIS_PORT")
+    if wanted:
+        return int(wanted)
+    for port in (6393, 0):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            return s.getsockname()[1]
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise RuntimeError("no free port")
+
+
+class RedisServer:
+    def __init__(self):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="rwlock-chaos-")
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.dir,
+             "--enable-debug-command", "local"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = "redis://127.0.0.1:%d/0" % self.port
+        r = redis.Redis(port=self.port, socket_timeout=1)
+        for _ in range(100):
+            try:
+                if r.ping():
+                    return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("redis-server on port %d did not start" % self.port)
+
+    def stop(self):
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---- shared state -------------------------------------------------------------
+
+class Shared:
+    def __init__(self):
+        self.mx = threading.Lock()
+        self.inside = {}            # wid -> (entry number, form, ms)
+        self.overlaps = []          # reports
+        self.mismatches = []        # observer reports
+        self.stale_tokens = []      # entries whose token is not above the last
+        self.after_fault = collections.Counter()  # (violation, last fault kind)
+        self.last_token = 0
+        self.fault_log = collections.deque(maxlen=24)   # (ms, kind, detail)
+        self.faults = collections.Counter()
+        self.fault_errors = collections.Counter()
+        self.stop = threading.Event()        # end of the chaos phase
+        self.faults_over = threading.Event()  # the injector has stopped
+        self.sessions = {}
+        self.samples = 0
+        self.sample_errors = 0
+
+
+shared = Shared()
+
+
+def recent_faults(ms_from):
+    with shared.mx:
+        return [f for f in shared.fault_log if f[0] >= ms_from]
+
+
+def last_fault(ms):
+    """The kind of the last fault injected before ms, and how long before."""
+    with shared.mx:
+        before = [f for f in shared.fault_log if f[0] <= ms]
+    if not before:
+        return None
+    return before[-1][1], ms - before[-1][0]
+
+
+def note_violation(kind, ms):
+    lf = last_fault(ms)
+    with shared.mx:
+        shared.after_fault[kind, lf[0] if lf else "none"] += 1
+
+
+def describe(wids, since_ms):
+    lines = []
+    for wid in wids:
+        s = shared.sessions.get(wid)
+        if s is None:
+            continue
+        lines.append("    session %d (%s, pid %s, owner %s), last steps:"
+                     % (wid, s.plan, s.pid, s.owner))
+        for ms, what in list(s.history):
+            lines.append("      %9.1f ms  %s" % (ms, what))
+    lines.append("    faults since %.1f ms:" % since_ms)
+    for ms, kind, detail in recent_faults(since_ms):
+        lines.append("      %9.1f ms  %s%s" % (ms, kind, detail))
+    return "\n".join(lines)
+
+
+# ---- a session ----------------------------------------------------------------
+
+WARN_KINDS = (
+    (re.compile(r"was lost"), "lost"),
+    (re.compile(r"could not release"), "release-failed"),
+    (re.compile(r"don't own"), "not-owned"),
+)
+
+
+class Session:
+    def __init__(self, wid, plan, url, seed, nested, chain, command_timeout):
+        self.wid = wid
+        self.command_timeout = command_timeout
+        self.plan = plan
+        self.nested = nested
+        self.chain = chain
+        self.inner = "n%d" % wid
+        self.nested_rounds = 0
+        self.chained = 0
+        self.owed = None            # form of a round whose COMMIT is not sent yet
+        self.seq = 0
+        self.url = url
+        self.rnd = random.Random(seed * 1000 + wid)
+        self.history = collections.deque(maxlen=16)
+        self.increments = collections.Counter()      # per form, committed
+        self.busy = collections.Counter()            # try forms that gave up
+        self.errors = collections.Counter()          # SQLSTATE
+        self.warnings = collections.Counter()
+        self.unlock_false = 0
+        self.ambiguous = 0                            # COMMIT failed: unknown
+        self.reconnects = 0
+        self.failures = []
+        self.final_ok = False
+        self.entries = 0
+        self.pid = None
+        self.owner = None
+        self.conn = None
+        self.cur = None
+        self.rot = 0
+        self.phase = ""             # "final:" after the faults, for the error counts
+        self.connect()
+
+    def log(self, what):
+        self.history.append((now_ms(), what))
+
+    def connect(self):
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except psycopg2.Error:
+                pass
+        self.conn = psycopg2.connect("")
+        self.conn.autocommit = True
+        self.cur = self.conn.cursor()
+        self.cur.execute("SET rwlock.redis_url = %s", (self.url,))
+        for name, value in SETTINGS + (("rwlock.command_timeout", self.command_timeout),):
+            self.cur.execute("SELECT set_config(%s, %s, false)", (name, value))
+        self.cur.execute("SELECT pg_backend_pid()")
+        self.pid = self.cur.fetchone()[0]
+        self.owner = None
+
+    def one(self, sql, args=None):
+        self.log(sql if args is None else sql % tuple(repr(a) for a in args))
+        try:
+            self.cur.execute(sql, args)
+            row = self.cur.fetchone() if self.cur.description else None
+        finally:
+            self.take_notices()
+        if row is not None:
+            self.history[-1] = (self.history[-1][0],
+                                self.history[-1][1] + " -> " + ", ".join(map(str, row)))
+        return row
+
+    def take_notices(self):
+        if not self.conn.notices:
+            return
+        for n in self.conn.notices:
+            text = n.strip()
+            self.log("  " + text)
+            for rx, kind in WARN_KINDS:
+                if rx.search(text):
+                    self.warnings[kind] += 1
+                    break
+            else:
+                if text.startswith("WARNING"):
+                    self.warnings["other: " + text.splitlines()[0][:80]] += 1
+        del self.conn.notices[:]
+
+    # The critical section: entered when the lock call has returned, left
+    # before the release is sent (redis_unlock, COMMIT).
+    def enter(self, form):
+        if self.owner is None:
+            try:
+                row = self.one("SELECT owner FROM redis_connection_info() WHERE current")
+                self.owner = row[0] if row else None
+            except psycopg2.Error:
+                pass
+        row = self.one("SELECT max(token) FROM redis_held_locks WHERE name = %s "
+                       "AND mode = 'write'", (LOCK,))
+        token = row[0] if row and row[0] is not None else 0
+        if token == 0:
+            self.failures.append("session %d: inside its critical section (%s) without a "
+                                 "write hold of %r in redis_held_locks" % (self.wid, form, LOCK))
+        with shared.mx:
+            self.entries += 1
+            others = dict(shared.inside)
+            shared.inside[self.wid] = (self.entries, form, now_ms())
+            last = shared.last_token
+            shared.last_token = max(last, token)
+        if token <= last:
+            report = ("token at %.1f ms: session %d (%s) entered its critical section with "
+                      "token %d, not above the last one seen (%d)\n%s"
+                      % (now_ms(), self.wid, form, token, last,
+                         describe([self.wid], now_ms() - 2000)))
+            with shared.mx:
+                shared.stale_tokens.append(report)
+            note_violation("stale token", now_ms())
+        if others:
+            since = min(v[2] for v in others.values()) - 2000
+            report = ("overlap at %.1f ms: session %d (%s) got the write lock while "
+                      "session(s) %s were inside their critical section\n%s"
+                      % (now_ms(), self.wid, form,
+                         ", ".join("%d (%s, since %.1f ms)" % (w, v[1], v[2])
+                                   for w, v in others.items()),
+                         describe([self.wid] + list(others), since)))
+            with shared.mx:
+                shared.overlaps.append(report)
+            note_violation("overlap", now_ms())
+        self.log("inside (%s)" % form)
+
+    def leave(self):
+        with shared.mx:
+            shared.inside.pop(self.wid, None)
+
+    def increment(self, form):
+        """Read, pause, write read + 1 (and its line in chaos_log, in the same
+        statement). Some rounds take a second lock, on a name private to the
+        session, inside the critical section. Returns whether a session-level
+        second lock is to be released."""
+        xact = form in XACT_FORMS
+        nested = self.rnd.random() < self.nested
+        n = self.one("SELECT n FROM chaos_counter WHERE id = 1")[0]
+        if nested:
+            self.nested_rounds += 1
+            self.one("SELECT redis_wlock_xact(%s)" if xact else "SELECT redis_wlock(%s)",
+                     (self.inner,))
+        time.sleep(self.rnd.uniform(0.001, 0.004))
+        self.seq += 1
+        self.one("WITH u AS (UPDATE chaos_counter SET n = %s WHERE id = 1 RETURNING n) "
+                 "INSERT INTO chaos_log (wid, seq, form, n) SELECT %s, %s, %s, n FROM u",
+                 (n + 1, self.wid, self.seq, form))
+        return nested and not xact
+
+    def round(self, form, last=False):
+        """One locked increment. Returns True if it made one (committed, or,
+        for a chained COMMIT, to be committed by the next round's message)."""
+        xact = form in XACT_FORMS
+        owed, self.owed = self.owed, None
+        sql = {"xact": "SELECT redis_wlock_xact(%s)",
+               "try_xact": "SELECT redis_try_wlock_xact(%s, '200ms')",
+               "session": "SELECT redis_wlock(%s)",
+               "try": "SELECT redis_try_wlock(%s, '200ms')"}[form]
+        if xact:
+            sql = "BEGIN; " + sql
+        if owed:
+            # The previous round's COMMIT goes in the same message as this
+            # round's acquisition: the release sent at that COMMIT is still
+            # unanswered when the acquisition starts.
+            sql = "COMMIT; " + sql
+        try:
+            row = self.one(sql, (LOCK,))
+        except psycopg2.Error:
+            if owed:
+                self.ambiguous += 1     # chaos_log says whether it committed
+            raise
+        if owed:
+            self.increments[owed] += 1
+            self.chained += 1
+        if form.startswith("try") and not row[0]:
+            self.busy[form] += 1
+            if xact:
+                self.one("ROLLBACK")
+            return False
+        self.enter(form)
+        try:
+            inner = self.increment(form)
+        finally:
+            self.leave()        # before the release is sent
+        if xact:
+            if not last and self.rnd.random() < self.chain:
+                self.owed = form
+                return True
+            try:
+                self.one("COMMIT")
+            except psycopg2.Error:
+                self.ambiguous += 1
+                raise
+            self.increments[form] += 1
+            return True
+        self.increments[form] += 1        # the statement committed (autocommit)
+        if inner and not self.one("SELECT redis_unlock(%s)", (self.inner,))[0]:
+            self.unlock_false += 1
+        if not self.one("SELECT redis_unlock(%s)", (LOCK,))[0]:
+            self.unlock_false += 1
+        return True
+
+    def settle_owed(self):
+        """A COMMIT owed by the last round, sent alone."""
+        if self.owed:
+            form, self.owed = self.owed, None
+            try:
+                self.one("COMMIT")
+            except psycopg2.Error:
+                self.ambiguous += 1
+                raise
+            self.increments[form] += 1
+
+    def recover(self, err):
+        """After an error: nothing held, no transaction open."""
+        self.leave()
+        self.owed = None
+        code = getattr(err, "pgcode", None)
+        if code is None or self.conn.closed:
+            # The PostgreSQL connection itself is gone: rwlock must never
+            # cause that.
+            self.failures.append("session %d: lost its PostgreSQL connection: %s"
+                                 % (self.wid, str(err).strip()))
+            self.reconnects += 1
+            self.connect()
+            return
+        for _ in range(5):
+            try:
+                if self.conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+                    self.one("ROLLBACK")
+                held = self.one("SELECT count(*) FROM redis_held_locks")[0]
+                if held:
+                    self.one("SELECT redis_unlock_all()")
+                    held = self.one("SELECT count(*) FROM redis_held_locks")[0]
+                if held == 0:
+                    return
+            except psycopg2.Error as e:
+                self.errors["recover:" + (e.pgcode or "none")] += 1
+                if self.conn.closed:
+                    break
+            time.sleep(0.05)
+        self.failures.append("session %d: could not get rid of its holds after an error"
+                             % self.wid)
+
+    def next_form(self):
+        if self.plan != "mixed":
+            return self.plan
+        self.rot += 1
+        return FORMS[(self.rot - 1) % len(FORMS)]
+
+    def attempt(self, form, last=False):
+        try:
+            return self.round(form, last)
+        except psycopg2.Error as e:
+            self.errors[self.phase + (e.pgcode or "none")] += 1
+            self.log("ERROR %s: %s" % (e.pgcode, str(e).strip().splitlines()[0]))
+            self.recover(e)
+            return False
+
+    def run(self, deadline):
+        try:
+            while not shared.stop.is_set() and time.monotonic() < deadline:
+                self.attempt(self.next_form())
+            try:
+                self.settle_owed()
+            except psycopg2.Error as e:
+                self.errors[e.pgcode or "none"] += 1
+                self.recover(e)
+            # Progress after the faults: one more increment in its own form,
+            # then a plain lock + unlock.
+            if not shared.faults_over.wait(60):
+                self.failures.append("session %d: the fault injector did not stop" % self.wid)
+                return
+            # A try may find the lock busy, and the first call may meet a
+            # connection killed by the last fault: a few tries, bounded.
+            self.phase = "final:"
+            form = self.plan if self.plan != "mixed" else "xact"
+            done = False
+            until = time.monotonic() + FINAL_SECONDS
+            for _ in range(FINAL_TRIES):
+                if self.attempt(form, last=True):
+                    done = True
+                    break
+                if time.monotonic() > until:
+                    break
+                time.sleep(0.1)
+            if not done:
+                self.failures.append("session %d: no increment (%s) in %d tries after the "
+                                     "faults stopped" % (self.wid, form, FINAL_TRIES))
+            ok = False
+            for _ in range(FINAL_TRIES):
+                try:
+                    tok = self.one("SELECT redis_wlock(%s)", (LOCK,))[0]
+                    if self.one("SELECT redis_unlock(%s)", (LOCK,))[0] and tok > 0:
+                        ok = True
+                        break
+                except psycopg2.Error as e:
+                    self.errors["final:" + (e.pgcode or "none")] += 1
+                    self.recover(e)
+                if time.monotonic() > until:
+                    break
+                time.sleep(0.1)
+            if not ok:
+                self.failures.append("session %d: no redis_wlock + redis_unlock in %d tries "
+                                     "after the faults stopped" % (self.wid, FINAL_TRIES))
+            left = self.one("SELECT count(*) FROM redis_held_locks")[0]
+            if left:
+                self.failures.append("session %d: still holds %d locks at the end"
+                                     % (self.wid, left))
+            self.final_ok = done and ok and not left
+        except Exception as e:          # noqa: BLE001 - anything else fails the test
+            self.failures.append("session %d: %s: %s" % (self.wid, type(e).__name__,
+                                                         str(e).strip()))
+            # Let the others go on.
+            try:
+                self.one("ROLLBACK")
+                self.one("SELECT redis_unlock_all()")
+            except psycopg2.Error:
+                pass
+        finally:
+            self.leave()
+
+
+# ---- the fault injector and the observer --------------------------------------
+
+def injector(port, deadline, seed, kinds):
+    rnd = random.Random(seed)
+    r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
+    i = 0
+    tick = time.monotonic() + FAULT_EVERY
+    try:
+        while not shared.stop.is_set() and tick < deadline:
+            delay = tick - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if not kinds:
+                tick += FAULT_EVERY
+                continue
+            kind = kinds[i % len(kinds)]
+            i += 1
+            tick += FAULT_EVERY
+            detail = ""
+            # Logged before it is sent: its effects come after.
+            entry = [now_ms(), kind, ""]
+            with shared.mx:
+                shared.fault_log.append(entry)
+            try:
+                if kind == "script_flush":
+                    r.execute_command("SCRIPT", "FLUSH")
+                elif kind == "client_kill":
+                    # SKIPME yes (the default of the filter form): not this one.
+                    detail = " (%s killed)" % r.execute_command("CLIENT", "KILL", "TYPE", "normal")
+                elif kind == "client_pause":
+                    ms = rnd.randint(150, 250)
+                    detail = " %d ms" % ms
+                    r.execute_command("CLIENT", "PAUSE", ms, "WRITE")
+                else:
+                    r.execute_command("DEBUG", "SLEEP", "0.2")
+                with shared.mx:
+                    shared.faults[kind] += 1
+                    entry[2] = detail
+            except redis.exceptions.RedisError as e:
+                with shared.mx:
+                    shared.fault_errors[kind] += 1
+                    entry[2] = " failed: %s" % e
+    finally:
+        try:
+            r.execute_command("CLIENT", "UNPAUSE")
+        except redis.exceptions.RedisError:
+            pass
+        time.sleep(0.3)         # the last stall is over
+        shared.faults_over.set()
+
+
+def observer(port):
+    """Between faults, a session inside its critical section must be the
+    writer Redis has for the lock."""
+    r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
+    while not shared.faults_over.is_set():
+        time.sleep(0.02)
+        with shared.mx:
+            before = dict(shared.inside)
+        if not before:
+            continue
+        try:
+            writer = r.hget(KEY, "w")
+        except redis.exceptions.RedisError:
+            shared.sample_errors += 1
+            continue
+        with shared.mx:
+            after = dict(shared.inside)
+        shared.samples += 1
+        writer = writer.decode() if writer is not None else None
+        for wid, v in before.items():
+            s = shared.sessions[wid]
+            if after.get(wid) != v or s.owner is None:
+                continue        # not inside for the whole read
+            if writer != s.owner:
+                report = ("observer at %.1f ms: session %d (%s) was inside its critical "
+                          "section (since %.1f ms) while Redis's writer of %r was %s\n%s"
+                          % (now_ms(), wid, v[1], v[2], LOCK, writer or "nobody",
+                             describe([wid], v[2] - 2000)))
+                with shared.mx:
+                    shared.mismatches.append(report)
+                note_violation("mismatch", now_ms())
+
+
+# ---- main -------------------------------------------------------------------------
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float,
+                   default=float(os.environ.get("CHAOS_DURATION", "30")),
+                   help="seconds of faults (default 30, or $CHAOS_DURATION)")
+    p.add_argument("--sessions", type=int,
+                   default=int(os.environ.get("CHAOS_SESSIONS", "0")) or None,
+                   help="how many sessions (default: one per entry of --forms, at least 6)")
+    p.add_argument("--forms", default=os.environ.get("CHAOS_FORMS", DEFAULT_PLAN),
+                   help="comma-separated form of each session, repeated as needed: "
+                        "xact, session, try, try_xact, mixed")
+    p.add_argument("--nested", type=float,
+                   default=float(os.environ.get("CHAOS_NESTED", "0.5")),
+                   help="share of rounds that take a second lock inside the critical "
+                        "section (default 0.5)")
+    p.add_argument("--chain", type=float,
+                   default=float(os.environ.get("CHAOS_CHAIN", "0.5")),
+                   help="share of transaction rounds whose COMMIT is sent in one message "
+                        "with the next round's acquisition (default 0.5)")
+    p.add_argument("--command-timeout",
+                   default=os.environ.get("CHAOS_COMMAND_TIMEOUT", "1s,150ms"),
+                   help="rwlock.command_timeout of the sessions, comma-separated, taken in "
+                        "turn (default 1s,150ms: in a 200 ms stall the first never times "
+                        "out, the second does)")
+    p.add_argument("--faults", default=os.environ.get("CHAOS_FAULTS", ",".join(FAULTS)),
+                   help="the faults injected in turn, comma-separated (default: %s); "
+                        "'none' for a run without faults" % ",".join(FAULTS))
+    p.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "0")) or
+                   int(time.time()) % 100000,
+                   help="seed of the sessions' choices and pauses (printed; the faults' "
+                        "timing makes no two runs alike anyway)")
+    a = p.parse_args()
+    a.plan = [f.strip() for f in a.forms.split(",") if f.strip()]
+    a.timeouts = [t.strip() for t in a.command_timeout.split(",") if t.strip()]
+    a.kinds = [f.strip() for f in a.faults.split(",") if f.strip() and f.strip() != "none"]
+    for f in a.kinds:
+        if f not in FAULTS:
+            p.error("unknown fault %r" % f)
+    for f in a.plan:
+        if f not in FORMS + ("mixed",):
+            p.error("unknown form %r" % f)
+    if a.sessions is None:
+        a.sessions = max(6, len(a.plan))
+    if a.sessions < 6:
+        p.error("at least 6 sessions")
+    return a
+
+
+def main():
+    args = parse()
+    srv = RedisServer()
+
+    def on_signal(signum, frame):
+        srv.stop()
+        os._exit(3)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return run(srv, args)
+    finally:
+        srv.stop()
+
+
+def run(srv, args):
+    admin = psycopg2.connect("")
+    admin.autocommit = True
+    cur = admin.cursor()
+    cur.execute("CREATE EXTENSION IF NOT EXISTS rwlock")
+    cur.execute("DROP TABLE IF EXISTS chaos_counter")
+    cur.execute("CREATE TABLE chaos_counter (id int PRIMARY KEY, n bigint NOT NULL)")
+    cur.execute("INSERT INTO chaos_counter VALUES (1, 0)")
+    cur.execute("DROP TABLE IF EXISTS chaos_log")
+    cur.execute("CREATE TABLE chaos_log (wid int, seq int, form text, n bigint, "
+                "at timestamptz DEFAULT clock_timestamp(), PRIMARY KEY (wid, seq))")
+
+    sessions = [Session(i, args.plan[i % len(args.plan)], srv.url, args.seed, args.nested,
+                        args.chain, args.timeouts[i % len(args.timeouts)])
+                for i in range(args.sessions)]
+    for s in sessions:
+        shared.sessions[s.wid] = s
+    start = time.monotonic()
+    deadline = start + args.duration
+    threads = [threading.Thread(target=s.run, args=(deadline,), daemon=True)
+               for s in sessions]
+    inj = threading.Thread(target=injector, args=(srv.port, deadline, args.seed, args.kinds),
+                           daemon=True)
+    obs = threading.Thread(target=observer, args=(srv.port,), daemon=True)
+    for t in threads + [inj, obs]:
+        t.start()
+    verdict = []
+    inj.join(args.duration + 30)
+    shared.stop.set()
+    stuck = []
+    end_by = time.monotonic() + 90
+    for s, t in zip(sessions, threads):
+        t.join(max(0.1, end_by - time.monotonic()))
+        if t.is_alive():
+            stuck.append(s)
+    obs.join(5)
+    elapsed = time.monotonic() - start
+
+    counter = committed = None
+    per_form = collections.Counter()
+    collisions = []
+    try:
+        cur.execute("SELECT n FROM chaos_counter WHERE id = 1")
+        counter = cur.fetchone()[0]
+        cur.execute("SELECT form, count(*) FROM chaos_log GROUP BY form")
+        per_form.update(dict(cur.fetchall()))
+        committed = sum(per_form.values())
+        # Two committed increments that wrote the same value: one overwrote
+        # the other's.
+        cur.execute("SELECT n, string_agg(format('session %s (%s) at %s', wid, form, "
+                    "to_char(at, 'HH24:MI:SS.MS')), ', ' ORDER BY at) FROM chaos_log "
+                    "GROUP BY n HAVING count(*) > 1 ORDER BY n")
+        collisions = cur.fetchall()
+    except psycopg2.Error as e:
+        verdict.append("could not read the counter: %s" % e)
+
+    inc = collections.Counter()
+    busy = collections.Counter()
+    errors = collections.Counter()
+    warnings = collections.Counter()
+    unlock_false = ambiguous = 0
+    failures = []
+    for s in sessions:
+        inc.update(s.increments)
+        busy.update(s.busy)
+        errors.update(s.errors)
+        warnings.update(s.warnings)
+        unlock_false += s.unlock_false
+        ambiguous += s.ambiguous
+        failures.extend(s.failures)
+    total = sum(inc.values())
+    lost = None if counter is None else committed - counter
+    if lost is not None and lost > 0:
+        verdict.append("lost updates: the counter is %d after %d committed increments "
+                       "(%d lost)" % (counter, committed, lost))
+        for n, who in collisions[:10]:
+            verdict.append("  value %d written by %s" % (n, who))
+    if lost is not None and lost < 0:
+        verdict.append("the counter is %d, more than the %d committed increments"
+                       % (counter, committed))
+    if committed is not None and not total <= committed <= total + ambiguous:
+        verdict.append("chaos_log has %d committed increments; the sessions counted %d, "
+                       "and %d of unknown outcome" % (committed, total, ambiguous))
+    for s in stuck:
+        verdict.append("session %d (%s, pid %s) is stuck: still running 90 s after the end"
+                       % (s.wid, s.plan, s.pid))
+    for s in sessions:
+        if sum(s.increments.values()) == 0:
+            verdict.append("session %d (%s) made no increment at all" % (s.wid, s.plan))
+    if shared.overlaps:
+        verdict.append("%d overlaps: a session got the write lock while another was "
+                       "inside its critical section" % len(shared.overlaps))
+    if shared.stale_tokens:
+        verdict.append("%d entries with a token not above the last one: a write "
+                       "acquisition was granted on a hold Redis had not released"
+                       % len(shared.stale_tokens))
+    if shared.mismatches:
+        verdict.append("%d observer mismatches: Redis's writer was not the session "
+                       "inside its critical section" % len(shared.mismatches))
+    verdict.extend(failures)
+    try:
+        w = redis.Redis(port=srv.port, socket_timeout=2).hget(KEY, "w")
+        if w is not None:
+            verdict.append("the lock is still held in Redis at the end, by %s" % w.decode())
+    except redis.exceptions.RedisError as e:
+        verdict.append("could not read the lock at the end: %s" % e)
+    if not stuck:
+        try:
+            cur.execute("DROP TABLE chaos_counter, chaos_log")
+        except psycopg2.Error:
+            pass
+    admin.close()
+
+    def fmt(counter_):
+        return ", ".join("%s %d" % kv for kv in sorted(counter_.items())) or "none"
+
+    print("chaos: %d sessions (%s), %.1f s, seed %d: increments %s (%s; %d with a nested "
+          "lock, %d COMMITs chained to the next acquisition); try busy %s; "
+          "faults %d (%s%s); errors %d (%s); warnings %s; unlock false %d; "
+          "overlaps %d; stale tokens %d; observer %d samples, %d mismatches; counter %s; "
+          "lost updates %s"
+          % (len(sessions), ",".join(s.plan for s in sessions), elapsed, args.seed,
+             committed, fmt(per_form), sum(s.nested_rounds for s in sessions),
+             sum(s.chained for s in sessions), fmt(busy),
+             sum(shared.faults.values()), fmt(shared.faults),
+             ("; failed " + fmt(shared.fault_errors)) if shared.fault_errors else "",
+             sum(errors.values()), fmt(errors), fmt(warnings), unlock_false,
+             len(shared.overlaps), len(shared.stale_tokens), shared.samples,
+             len(shared.mismatches),
+             counter, lost))
+    if shared.after_fault:
+        print("  violations by the last fault before them: %s"
+              % ", ".join("%s after %s %d" % (k[0], k[1], v)
+                          for k, v in sorted(shared.after_fault.items())))
+    for s in sessions:
+        print("  session %d (%s, command_timeout %s, pid %s): %s; errors %s; final %s"
+              % (s.wid, s.plan, s.command_timeout, s.pid, fmt(s.increments), fmt(s.errors),
+                 "ok" if s.final_ok else "FAILED"))
+    if verdict:
+        print("chaos: FAILED", file=sys.stderr)
+        for v in verdict[:30]:
+            print("  " + v, file=sys.stderr)
+        k = int(os.environ.get("CHAOS_REPORTS", "3"))
+        for rep in shared.overlaps[:k] + shared.mismatches[:k] + shared.stale_tokens[:k]:
+            print("  " + rep, file=sys.stderr)
+        sys.stderr.flush()
+        if stuck:
+            sys.stdout.flush()
+            return 2
+        return 1
+    print("chaos: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    rc = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A stuck session's thread must not keep the process alive.
+    os._exit(rc)

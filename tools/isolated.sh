@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # isolated.sh: run a command in private mount and network namespaces, so that
 # test runs can go side by side on one machine: each gets its own loopback
-# (its Redis and PostgreSQL ports clash with nobody's) and its own copy of
+# and /var/run/postgresql (its Redis and PostgreSQL ports and sockets
+# clash with nobody's) and its own copy of
 # PostgreSQL's library and extension directories (its `make install` does
 # not replace another run's rwlock.so). Needs root (unshare).
 #   bash tools/isolated.sh bash test/run.sh

@@ -14,19 +14,11 @@ use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(sentinel_set_start sentinel_master sentinel_wait_master
-  sentinel_url redis_role redis_pid);
+  sentinel_url redis_role);
 
-my @started;
-END
-{
-	for my $p (@started)
-	{
-		# A node stopped by the test (kill -STOP) must be able to exit.
-		my $pid = eval { redis_pid($p) };
-		kill 'CONT', $pid if $pid;
-		redis_cli($p, 'SHUTDOWN', 'NOSAVE');
-	}
-}
+# Sentinels are not data nodes: RwlockTest's END block does not know them.
+my @sentinels_started;
+END { redis_cli($_, 'SHUTDOWN', 'NOSAVE') for @sentinels_started; }
 
 sub free_ports
 {
@@ -51,23 +43,6 @@ sub wait_ping
 	die "redis on port $port did not answer";
 }
 
-sub data_dir { return "$PostgreSQL::Test::Utils::tmp_check/redis$_[0]"; }
-
-# Start (or restart, with the same arguments) a data node.
-sub start_data
-{
-	my ($port, @extra) = @_;
-	my $dir = data_dir($port);
-	mkdir $dir;
-	system('redis-server', '--port', $port, '--bind', '127.0.0.1',
-		'--save', '', '--appendonly', 'no', '--dir', $dir,
-		'--daemonize', 'yes', '--pidfile', "$dir/redis.pid",
-		'--logfile', "$dir/redis.log", @extra) == 0
-	  or die "redis-server failed to start on $port";
-	wait_ping($port);
-	push @started, $port;
-}
-
 # Start the set; returns { name, master, replicas => [..], sentinels => [..] }.
 sub sentinel_set_start
 {
@@ -77,11 +52,11 @@ sub sentinel_set_start
 	my ($master, @replicas) = free_ports(6392, 3);
 	my @sentinels = free_ports(26392, 3);
 
-	start_data($master);
-	start_data($_, '--replicaof', '127.0.0.1', $master) for @replicas;
+	redis_start($master);
+	redis_start($_, '--replicaof', '127.0.0.1', $master) for @replicas;
 	for my $s (@sentinels)
 	{
-		my $dir = data_dir($s);
+		my $dir = "$PostgreSQL::Test::Utils::tmp_check/sentinel$s";
 		mkdir $dir;
 		open my $fh, '>', "$dir/sentinel.conf" or die;
 		print $fh <<"EOC";
@@ -100,7 +75,7 @@ EOC
 		system('redis-server', "$dir/sentinel.conf", '--sentinel') == 0
 		  or die "sentinel failed to start on $s";
 		wait_ping($s);
-		push @started, $s;
+		push @sentinels_started, $s;
 	}
 	my $set = {
 		name => $name,
@@ -172,16 +147,6 @@ sub redis_role
 	my ($port) = @_;
 	my ($role) = split /\n/, redis_cli($port, 'ROLE');
 	return $role // '';
-}
-
-sub redis_pid
-{
-	my ($port) = @_;
-	open my $fh, '<', data_dir($port) . '/redis.pid' or return undef;
-	my $pid = <$fh>;
-	close $fh;
-	chomp $pid if defined $pid;
-	return $pid;
 }
 
 # The rwlock URL of the set: every sentinel, first the one given first.

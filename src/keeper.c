@@ -114,30 +114,30 @@ PGDLLEXPORT void rw_keeper_main(Datum arg);
  * --------------------------------------------------------------------- */
 
 static Size
-shared_size(void)
+keeper_shmem_size(void)
 {
 	return add_size(offsetof(RwShared, slots),
 					mul_size(sizeof(RwSlot), rw_max_holds));
 }
 
 static void
-shmem_request(void)
+keeper_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(shared_size());
+	RequestAddinShmemSpace(keeper_shmem_size());
 	RequestNamedLWLockTranche("rwlock", 1);
 }
 
 static void
-shmem_startup(void)
+keeper_shmem_startup(void)
 {
 	bool		found;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("rwlock holds", shared_size(), &found);
+	shared = ShmemInitStruct("rwlock holds", keeper_shmem_size(), &found);
 	if (!found)
 	{
 		/* Also after a crash: the table starts empty, dead holds unrenewed. */
@@ -180,9 +180,9 @@ rw_keeper_init(void)
 							NULL, NULL, NULL);
 
 	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = shmem_request;
+	shmem_request_hook = keeper_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = shmem_startup;
+	shmem_startup_hook = keeper_shmem_startup;
 
 	memset(&bgw, 0, sizeof(bgw));
 	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -427,14 +427,14 @@ knodes_tidy(int64 now)
 }
 
 static int
-work_cmp(const void *a, const void *b)
+keeper_work_cmp(const void *a, const void *b)
 {
 	return strcmp(((const KWork *) a)->url, ((const KWork *) b)->url);
 }
 
 /* Drop a slot whose backend is gone without clearing it. */
 static void
-drop_dead(KWork *w)
+keeper_drop_dead(KWork *w)
 {
 	RwSlot	   *s = &shared->slots[w->slot];
 
@@ -453,7 +453,7 @@ drop_dead(KWork *w)
 
 /* Renew one URL's due holds; returns false if Redis could not be asked. */
 static bool
-renew_on_node(KNode *k, KWork *work, int n)
+keeper_renew_node(KNode *k, KWork *work, int n)
 {
 	RwKeys	  **keys = palloc(sizeof(RwKeys *) * n);
 	const char **owners = palloc(sizeof(char *) * n);
@@ -552,7 +552,7 @@ keeper_cycle(void)
 	{
 		if (BackendPidGetProc(work[i].pid) == NULL)
 		{
-			drop_dead(&work[i]);
+			keeper_drop_dead(&work[i]);
 			work[i--] = work[--n];
 			continue;
 		}
@@ -562,7 +562,7 @@ keeper_cycle(void)
 		work[i].keys.len[1] = work[i].keys.len[2] = work[i].keys.len[0] + 2;
 	}
 
-	qsort(work, n, sizeof(KWork), work_cmp);
+	qsort(work, n, sizeof(KWork), keeper_work_cmp);
 	for (int start = 0, end; start < n; start = end)
 	{
 		KNode	   *k;
@@ -573,7 +573,7 @@ keeper_cycle(void)
 		if (k == NULL)
 			continue;
 		k->seen = now;
-		if (!renew_on_node(k, &work[start], end - start))
+		if (!keeper_renew_node(k, &work[start], end - start))
 			next = Min(next, rw_now_ms() + KEEPER_RETRY_MS);
 	}
 	knodes_tidy(now);

@@ -84,7 +84,7 @@ typedef struct RwSlot
 	pg_atomic_uint64 renewed;	/* monotonic ms: last renewal sent (or the
 								 * acquisition) */
 	char		owner[RW_OWNER_MAX];
-	char		url[RW_URL_MAX + 1];
+	char		url[RW_SPEC_MAX + 1];	/* the node's spec (url.c) */
 	char		key[RW_KEY_MAX];	/* the lock's hash key; :r :q follow */
 	char		name[RW_NAME_MAX + 1];
 } RwSlot;

@@ -1,12 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * redis_conn.c
- *	  One connection from this backend to a Redis node: the socket, hiredis
- *	  as the protocol codec, and every wait on the socket.
+ *	  One connection from this backend to a Redis node: the socket, plain
+ *	  or TLS, hiredis as the protocol codec, and every wait on the socket.
  *
- * hiredis is used in non-blocking mode only, as a codec and a buffer: every
- * wait goes through a WaitEventSet that also watches the process latch and
- * postmaster death, and every wait has a deadline on the monotonic clock.
+ * The layers: the socket is ours, connected here, non-blocking. Every read
+ * and write on it goes through conn_fill and conn_write, which call
+ * read(2)/write(2) on a plain connection and SSL_read/SSL_write (tls.c) on
+ * a rediss:// one; everything above them is one code path. hiredis is the
+ * codec only: a redisContext made by redisConnectFd holds the output buffer
+ * that redisAppendCommandArgv formats commands into and the reader that the
+ * bytes read are fed to and replies taken from; hiredis never touches the
+ * socket. Every wait (the TCP connection, each step of the TLS handshake, a
+ * write, a reply) goes through a WaitEventSet that also watches the process
+ * latch and postmaster death, and has a deadline on the monotonic clock.
  *
  * Rules kept here:
  *	- interrupts win: a cancel or terminate that arrives while a command is
@@ -31,7 +38,12 @@
 #include "rwlock.h"
 
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -42,6 +54,8 @@
 #include "utils/timestamp.h"
 
 #define CONN_NO_DEADLINE PG_INT64_MAX
+#define CONN_READ_BUF	(16 * 1024)	/* as hiredis's redisBufferRead */
+#define CONN_KEEPALIVE_S 15		/* as hiredis's redisEnableKeepAlive */
 
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
@@ -161,8 +175,11 @@ bool
 rw_conn_wait_readable(RwConn *conn, long timeout_ms)
 {
 	int64		deadline = timeout_ms < 0 ? conn_cap : conn_deadline(timeout_ms);
+	uint32		events = WL_SOCKET_READABLE;
 
-	return conn_wait(conn, WL_SOCKET_READABLE, deadline, true) > 0;
+	if (conn->tls)
+		events = rw_tls_wait_events(conn->tls, events);
+	return conn_wait(conn, events, deadline, true) > 0;
 }
 
 /* ---------------------------------------------------------------------
@@ -219,9 +236,14 @@ rw_conn_close(RwConn *conn)
 		FreeWaitEventSet(conn->wes);
 		conn->wes = NULL;
 	}
+	if (conn->tls != NULL)
+	{
+		rw_tls_close(conn->tls);
+		conn->tls = NULL;
+	}
 	if (conn->ctx != NULL)
 	{
-		redisFree(conn->ctx);
+		redisFree(conn->ctx);	/* closes the socket */
 		conn->ctx = NULL;
 		ReleaseExternalFD();
 	}
@@ -234,7 +256,10 @@ rw_conn_close(RwConn *conn)
 static bool
 conn_fail(RwConn *conn, RwError *err, RwErrKind kind, const char *msg)
 {
-	set_error(err, kind, "%s", msg);
+	char		copy[sizeof(err->msg)];
+
+	strlcpy(copy, msg, sizeof(copy));	/* msg may be err->msg */
+	set_error(err, kind, "%s", copy);
 	rw_conn_close(conn);
 	return false;
 }
@@ -278,7 +303,7 @@ conn_handshake_error(redisReply *r, const char *command, RwError *err)
 		strncmp(r->str, "WRONGPASS", 9) == 0 || strcmp(command, "AUTH") == 0;
 
 	if (strncmp(r->str, "NOAUTH", 6) == 0)
-		set_error(err, RW_ERR_AUTH, "Redis requires a password and rwlock.redis_url gives none: %s", r->str);
+		set_error(err, RW_ERR_AUTH, "Redis requires a password, and neither rwlock.redis_url nor rwlock.password_file gives one for this server: %s", r->str);
 	else
 		set_error(err, auth ? RW_ERR_AUTH : RW_ERR_CONNECT, "%s refused: %s",
 				  command, r->str);
@@ -291,7 +316,8 @@ conn_handshake_error(redisReply *r, const char *command, RwError *err)
  * NOAUTH; another refusal of it (an ACL) is ignored.
  */
 static bool
-conn_handshake(RwConn *conn, int64 deadline, RwError *err)
+conn_handshake(RwConn *conn, const char *user, const char *password,
+			   int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
 	const char *commands[3];
@@ -301,11 +327,11 @@ conn_handshake(RwConn *conn, int64 deadline, RwError *err)
 	int			n = 0;
 	bool		ok = true;
 
-	if (ep->password)
+	if (password)
 	{
-		const char *argv[3] = {"AUTH", ep->user ? ep->user : ep->password, ep->password};
+		const char *argv[3] = {"AUTH", user ? user : password, password};
 
-		rw_append(conn, ep->user ? 3 : 2, argv, NULL, NULL);
+		rw_append(conn, user ? 3 : 2, argv, NULL, NULL);
 		commands[n++] = "AUTH";
 	}
 	if (ep->db != 0)
@@ -341,12 +367,16 @@ conn_handshake(RwConn *conn, int64 deadline, RwError *err)
 	return ok;
 }
 
+/*
+ * Connect a new socket to one address and wait, through the latch, until
+ * the connection is made. False with *err (the connection closed) if it
+ * fails, times out or is interrupted.
+ */
 static bool
-conn_connect(RwConn *conn, RwError *err)
+conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
+			socklen_t addrlen, int64 deadline, RwError *err)
 {
-	RwEndpoint *ep = &conn->node->ep;
-	int64		deadline = conn_deadline(rw_connect_timeout_ms);
-	redisContext *ctx;
+	int			fd;
 	int			soerr = 0;
 	socklen_t	len = sizeof(soerr);
 	int			ready;
@@ -356,17 +386,30 @@ conn_connect(RwConn *conn, RwError *err)
 		set_error(err, RW_ERR_CONNECT, "no file descriptor is free for a connection");
 		return false;
 	}
-	ctx = ep->is_unix ? redisConnectUnixNonBlock(ep->path) :
-		redisConnectNonBlock(ep->host, ep->port);
-	if (ctx == NULL || ctx->err)
+	fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
 	{
-		set_error(err, RW_ERR_CONNECT, "%s", ctx ? ctx->errstr : "out of memory");
-		if (ctx)
-			redisFree(ctx);
+		set_error(err, RW_ERR_CONNECT, "could not create a socket: %s", strerror(errno));
 		ReleaseExternalFD();
 		return false;
 	}
-	conn->ctx = ctx;
+	conn->ctx = redisConnectFd(fd);
+	if (conn->ctx == NULL)
+	{
+		close(fd);
+		ReleaseExternalFD();
+		set_error(err, RW_ERR_CONNECT, "out of memory");
+		return false;
+	}
+	if (family != AF_UNIX)
+	{
+		int			on = 1;
+
+		/* Commands are small and sent whole: never wait to fill a segment. */
+		(void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+	}
+	if (connect(fd, addr, addrlen) < 0 && errno != EINPROGRESS && errno != EINTR)
+		return conn_fail(conn, err, RW_ERR_CONNECT, strerror(errno));
 	if (!conn_make_wait_set(conn, err))
 		return conn_fail(conn, err, RW_ERR_CONNECT, err->msg);
 
@@ -379,18 +422,149 @@ conn_connect(RwConn *conn, RwError *err)
 		return conn_fail(conn, err, RW_ERR_CONNECT, "postmaster died");
 	if (ready == -2)
 		return conn_fail(conn, err, RW_ERR_INTERRUPTED, "interrupted while connecting");
-	if (getsockopt(ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0 || soerr != 0)
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0 || soerr != 0)
 		return conn_fail(conn, err, RW_ERR_CONNECT, strerror(soerr ? soerr : errno));
-	if (!ep->is_unix)
-		redisEnableKeepAlive(ctx);
-	if (!conn_handshake(conn, deadline, err))
+	if (family != AF_UNIX)
 	{
-		/* A timeout here is a failure to connect, not a slow command. */
-		if (err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_LOST)
-			err->kind = RW_ERR_CONNECT;
-		return false;
+		int			on = 1;
+		int			idle = CONN_KEEPALIVE_S;
+		int			intvl = Max(CONN_KEEPALIVE_S / 3, 1);
+		int			cnt = 3;
+
+		(void) setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+		(void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+		(void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+		(void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 	}
 	return true;
+}
+
+/*
+ * Make the TCP (or unix socket) connection: each address the host name has,
+ * in turn, until one connects, all within the one deadline.
+ */
+static bool
+conn_connect_socket(RwConn *conn, int64 deadline, RwError *err)
+{
+	RwEndpoint *ep = &conn->node->ep;
+	struct addrinfo hints;
+	struct addrinfo *res;
+	char		port[16];
+	int			rc;
+	bool		ok = false;
+
+	if (ep->is_unix)
+	{
+		struct sockaddr_un sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sun_family = AF_UNIX;
+		if (strlen(ep->path) >= sizeof(sa.sun_path))
+		{
+			set_error(err, RW_ERR_CONNECT, "the unix socket path is too long");
+			return false;
+		}
+		strlcpy(sa.sun_path, ep->path, sizeof(sa.sun_path));
+		return conn_socket(conn, AF_UNIX, (struct sockaddr *) &sa, sizeof(sa),
+						   deadline, err);
+	}
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(port, sizeof(port), "%d", ep->port);
+	rc = getaddrinfo(ep->host, port, &hints, &res);
+	if (rc != 0)
+	{
+		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: %s",
+				  rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return false;
+	}
+	for (struct addrinfo *ai = res; ai != NULL && !ok; ai = ai->ai_next)
+	{
+		ok = conn_socket(conn, ai->ai_family, ai->ai_addr, ai->ai_addrlen,
+						 deadline, err);
+		if (!ok && (err->kind == RW_ERR_INTERRUPTED || rw_now_ms() >= deadline))
+			break;
+	}
+	freeaddrinfo(res);
+	return ok;
+}
+
+/* The TLS handshake on the connected socket, each step through the latch. */
+static bool
+conn_tls_handshake(RwConn *conn, int64 deadline, RwError *err)
+{
+	char		why[sizeof(err->msg)];
+
+	conn->tls = rw_tls_open(&conn->node->ep, conn->ctx->fd, why, sizeof(why));
+	if (conn->tls == NULL)
+		return conn_fail(conn, err, RW_ERR_CONNECT, why);
+	for (;;)
+	{
+		uint32		wants = 0;
+		int			r = rw_tls_handshake(conn->tls, &wants, why, sizeof(why));
+		int			ready;
+
+		if (r > 0)
+			return true;
+		if (r < 0)
+			return conn_fail(conn, err, RW_ERR_CONNECT, why);
+		ready = conn_wait(conn, wants, deadline, false);
+		if (ready == 0)
+			return conn_fail(conn, err, RW_ERR_CONNECT,
+							 rw_tls_heard_from_server(conn->tls) ?
+							 psprintf("the TLS handshake did not complete within rwlock.connect_timeout (%d ms)",
+									  rw_connect_timeout_ms) :
+							 psprintf("no answer to the TLS handshake within rwlock.connect_timeout (%d ms); a server without TLS never answers it: for a port without TLS use redis://",
+									  rw_connect_timeout_ms));
+		if (ready == -1)
+			return conn_fail(conn, err, RW_ERR_CONNECT, "postmaster died");
+		if (ready == -2)
+			return conn_fail(conn, err, RW_ERR_INTERRUPTED,
+							 "interrupted during the TLS handshake");
+	}
+}
+
+/*
+ * Connect: the socket, TLS for rediss://, then AUTH (the URL's password or
+ * the password file's), SELECT and CLIENT SETNAME, all within one
+ * rwlock.connect_timeout.
+ */
+static bool
+conn_connect(RwConn *conn, RwError *err)
+{
+	RwEndpoint *ep = &conn->node->ep;
+	int64		deadline = conn_deadline(rw_connect_timeout_ms);
+	char	   *user;
+	char	   *password;
+	bool		ok;
+
+	if (!rw_password_lookup(ep, &user, &password, err->msg, sizeof(err->msg)))
+	{
+		err->kind = RW_ERR_CONNECT;
+		return false;
+	}
+	ok = conn_connect_socket(conn, deadline, err) &&
+		(!ep->tls || conn_tls_handshake(conn, deadline, err)) &&
+		conn_handshake(conn, user, password, deadline, err);
+	if (password != NULL && password != ep->password)
+	{
+		explicit_bzero(password, strlen(password));
+		pfree(password);
+	}
+	if (!ok && (err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_LOST))
+	{
+		/* A timeout here is a failure to connect, not a slow command. */
+		err->kind = RW_ERR_CONNECT;
+		/* A TLS server answers a plain client's first bytes so, or not at all. */
+		if (!ep->tls && (strncmp(err->msg, "Protocol error", 14) == 0 ||
+						 strcmp(err->msg, "Server closed the connection") == 0 ||
+						 strstr(err->msg, "reset by peer") != NULL))
+			strlcat(err->msg, " (if the server expects TLS, use rediss://)",
+					sizeof(err->msg));
+	}
+	return ok;
 }
 
 /*
@@ -407,6 +581,18 @@ conn_went_away(RwConn *conn)
 	char		c;
 	ssize_t		r = recv(conn->ctx->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
 
+	if (r > 0 && conn->tls != NULL)
+	{
+		char		buf[64];
+		char		why[64];
+
+		/*
+		 * TLS sends records of its own (session tickets, a key update):
+		 * gone only if reading gives data, an end or an error.
+		 */
+		return rw_tls_read(conn->tls, buf, sizeof(buf), why, sizeof(why)) != 0 ||
+			rw_tls_pending(conn->tls);
+	}
 	return r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
@@ -489,24 +675,100 @@ conn_take_replies(RwConn *conn, int nreplies, redisReply **replies,
 	return true;
 }
 
+/*
+ * Write what the codec has queued as far as the socket takes it now (one
+ * write, as hiredis's redisBufferWrite). False (closed) on failure.
+ */
 static bool
 conn_write(RwConn *conn, RwError *err)
 {
-	int			done = 0;
+	redisContext *ctx = conn->ctx;
+	size_t		len = sdslen(ctx->obuf);
+	ssize_t		n;
+	char		why[sizeof(err->msg)];
 
 	err->maybe_sent = true;
-	if (redisBufferWrite(conn->ctx, &done) != REDIS_OK)
-		return conn_fail(conn, err, RW_ERR_LOST, conn->ctx->errstr);
+	if (len == 0)
+		return true;
+	if (conn->tls != NULL)
+		n = rw_tls_write(conn->tls, ctx->obuf, len, why, sizeof(why));
+	else
+	{
+		n = write(ctx->fd, ctx->obuf, len);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			n = 0;
+		else if (n < 0)
+			strlcpy(why, strerror(errno), sizeof(why));
+	}
+	if (n < 0)
+		return conn_fail(conn, err, RW_ERR_LOST, why);
+	if ((size_t) n == len && sdsalloc(ctx->obuf) <= CONN_READ_BUF)
+		sdsclear(ctx->obuf);	/* keeps the small buffer of one call */
+	else if ((size_t) n == len)
+	{
+		sdsfree(ctx->obuf);		/* a big batch's buffer is not kept */
+		ctx->obuf = sdsempty();
+	}
+	else if (n > 0)
+		sdsrange(ctx->obuf, n, -1);
 	return true;
+}
+
+/*
+ * Read what the socket has now and feed it to the codec's reader (one read,
+ * as hiredis's redisBufferRead; over TLS until TLS holds nothing more, so
+ * that a wait on the socket never misses bytes TLS has already taken off
+ * it). False (closed) on failure or end of stream.
+ */
+static bool
+conn_fill(RwConn *conn, RwError *err)
+{
+	char		buf[CONN_READ_BUF];
+	char		why[sizeof(err->msg)];
+
+	for (;;)
+	{
+		ssize_t		n;
+
+		if (conn->tls != NULL)
+			n = rw_tls_read(conn->tls, buf, sizeof(buf), why, sizeof(why));
+		else
+		{
+			n = read(conn->ctx->fd, buf, sizeof(buf));
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+				n = 0;
+			else if (n < 0)
+				strlcpy(why, strerror(errno), sizeof(why));
+			else if (n == 0)
+			{
+				strlcpy(why, "Server closed the connection", sizeof(why));
+				n = -1;
+			}
+		}
+		if (n < 0)
+			return conn_fail(conn, err, RW_ERR_LOST, why);
+		if (n == 0)
+			return true;
+		if (redisReaderFeed(conn->ctx->reader, buf, n) != REDIS_OK)
+			return conn_fail(conn, err, RW_ERR_LOST, conn->ctx->reader->errstr);
+		if (conn->tls == NULL || !rw_tls_pending(conn->tls))
+			return true;
+	}
 }
 
 static bool
 conn_read(RwConn *conn, int nreplies, redisReply **replies, int *nreceived,
 		  RwError *err)
 {
-	if (redisBufferRead(conn->ctx) != REDIS_OK)
-		return conn_fail(conn, err, RW_ERR_LOST, conn->ctx->errstr);
-	return conn_take_replies(conn, nreplies, replies, nreceived, err);
+	return conn_fill(conn, err) &&
+		conn_take_replies(conn, nreplies, replies, nreceived, err);
+}
+
+/* The socket event a wait needs to go on writing (or reading). */
+static inline uint32
+conn_wants(RwConn *conn, uint32 events)
+{
+	return conn->tls ? rw_tls_wait_events(conn->tls, events) : events;
 }
 
 /*
@@ -549,13 +811,15 @@ conn_exchange(RwConn *conn, int nreplies, redisReply **replies, int64 deadline,
 
 	while (ok && (nreceived < nreplies || sdslen(conn->ctx->obuf) > 0))
 	{
-		uint32		wants = sdslen(conn->ctx->obuf) > 0 ?
-			WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE;
-		int			ready = conn_wait(conn, wants, deadline, false);
+		bool		writing = sdslen(conn->ctx->obuf) > 0;
+		int			ready = conn_wait(conn,
+									  conn_wants(conn, writing ? WL_SOCKET_WRITEABLE :
+												 WL_SOCKET_READABLE),
+									  deadline, false);
 
 		if (ready <= 0)
 			ok = conn_wait_failed(conn, ready, limit, limit_ms, err);
-		else if (ready & WL_SOCKET_WRITEABLE)
+		else if (writing)
 			ok = conn_write(conn, err);
 		else
 			ok = conn_read(conn, nreplies, replies, &nreceived, err);
@@ -607,7 +871,8 @@ rw_flush(RwConn *conn, int64 deadline, RwError *err)
 	deadline = Min(deadline, conn_cap);
 	while (ok && sdslen(conn->ctx->obuf) > 0)
 	{
-		int			ready = conn_wait(conn, WL_SOCKET_WRITEABLE, deadline, false);
+		int			ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_WRITEABLE),
+									  deadline, false);
 
 		ok = ready > 0 ? conn_write(conn, err) :
 			conn_wait_failed(conn, ready, "rwlock.command_timeout",
@@ -642,7 +907,8 @@ rw_await_tag(RwConn *conn, void *tag, int64 deadline, RwError *err)
 		return false;
 	while (conn->ctx != NULL && conn_owes(conn, tag))
 	{
-		int			ready = conn_wait(conn, WL_SOCKET_READABLE, deadline, false);
+		int			ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_READABLE),
+									  deadline, false);
 
 		if (ready <= 0)
 			return conn_wait_failed(conn, ready, "rwlock.command_timeout",
@@ -685,9 +951,12 @@ rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err)
 	void	   *r = NULL;
 
 	*reply = NULL;
-	if (redisGetReplyFromReader(conn->ctx, &r) == REDIS_OK && r == NULL &&
-		redisBufferRead(conn->ctx) == REDIS_OK)
+	if (redisGetReplyFromReader(conn->ctx, &r) == REDIS_OK && r == NULL)
+	{
+		if (!conn_fill(conn, err))
+			return false;
 		redisGetReplyFromReader(conn->ctx, &r);
+	}
 	if (conn->ctx->err)
 	{
 		if (r)
@@ -705,34 +974,35 @@ rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err)
 void
 rw_raise(RwConn *conn, const RwError *err)
 {
-	const char *where = conn->node->ep.display;
+	/* The URL, without password, only to roles that may read the setting. */
+	const char *where = rw_endpoint_where(&conn->node->ep);
 
 	switch (err->kind)
 	{
 		case RW_ERR_CONNECT:
 			ereport(ERROR,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-					 errmsg("could not connect to Redis at %s", where),
+					 errmsg("could not connect to %s", where),
 					 errdetail("%s", err->msg),
 					 errhint("Check rwlock.redis_url and that Redis is running.")));
 			break;
 		case RW_ERR_AUTH:
 			ereport(ERROR,
 					(errcode(ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION),
-					 errmsg("Redis at %s refused authentication", where),
+					 errmsg("%s refused authentication", where),
 					 errdetail("%s", err->msg),
-					 errhint("Check the user name and password of rwlock.redis_url.")));
+					 errhint("Check the user name and password (rwlock.redis_url, rwlock.password_file).")));
 			break;
 		case RW_ERR_LOST:
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("lost connection to Redis at %s", where),
+					 errmsg("lost connection to %s", where),
 					 errdetail("%s", err->msg)));
 			break;
 		case RW_ERR_TIMEOUT:
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("Redis at %s did not answer in time", where),
+					 errmsg("%s did not answer in time", where),
 					 errdetail("%s; the connection was closed.", err->msg)));
 			break;
 		case RW_ERR_INTERRUPTED:
@@ -746,7 +1016,7 @@ rw_raise(RwConn *conn, const RwError *err)
 		case RW_OK:
 			ereport(ERROR,
 					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("Redis at %s answered with an error", where),
+					 errmsg("%s answered with an error", where),
 					 errdetail("%s", err->msg)));
 			break;
 	}

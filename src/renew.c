@@ -59,9 +59,9 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 			rw_raise(&node->cmd, &err);
 		if (all)
 		{
-			char		msg[RW_URL_MAX + 64];
+			char	   *msg = psprintf("could not renew leases on %s",
+										   rw_endpoint_where(&node->ep));
 
-			snprintf(msg, sizeof(msg), "could not renew leases at %s", node->ep.display);
 			rw_note_warning(ERRCODE_CONNECTION_FAILURE, msg, err.msg);
 		}
 		return 0;

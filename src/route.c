@@ -5,8 +5,9 @@
  *	  knows.
  *
  * Today a lock is served by the one server rwlock.redis_url names when the
- * lock is first taken; the hold remembers its node, so a change of the URL
- * never strands a hold made on the old server. A node is kept while it is
+ * lock is first taken, reached with the connection settings in effect then
+ * (the node's spec, url.c); the hold remembers its node, so a change of the
+ * URL or of those settings never strands a hold made on the old server. A node is kept while it is
  * the current one, holds live on it, or releases are owed to it; then it is
  * closed and freed. Sentinel, Cluster and quorum routing will choose nodes
  * here.
@@ -20,15 +21,17 @@
 static RwNode *route_nodes = NULL;	/* every node this session knows */
 static RwNode *route_current = NULL;	/* where new acquisitions go */
 
+static uint64 route_gen = 0;	/* rw_conn_settings_gen route_current is for */
+
 static RwNode *
-route_node_create(const char *url)
+route_node_create(const char *spec)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 	RwNode	   *node = palloc0(sizeof(RwNode));
 	char	   *why;
 
-	/* The GUC's check hook accepted this URL already. */
-	if (!rw_parse_url(url, &node->ep, &why))
+	/* The settings' check hooks accepted all of it already. */
+	if (!rw_parse_url(spec, &node->ep, &why))
 		elog(ERROR, "rwlock.redis_url became invalid: %s", why);
 	node->cmd.node = node;
 	node->sub.node = node;
@@ -39,19 +42,27 @@ route_node_create(const char *url)
 	return node;
 }
 
-/* The node that new acquisitions go to: the one rwlock.redis_url names. */
+/*
+ * The node that new acquisitions go to: the one rwlock.redis_url names,
+ * with the connection settings in effect.
+ */
 RwNode *
 rw_current_node(void)
 {
-	if (route_current != NULL && strcmp(route_current->ep.url, rw_redis_url) == 0)
+	char	   *spec;
+
+	if (route_current != NULL && route_gen == rw_conn_settings_gen)
 		return route_current;
 
+	spec = rw_current_spec();
 	route_current = NULL;
 	for (RwNode *n = route_nodes; n != NULL; n = n->next)
-		if (strcmp(n->ep.url, rw_redis_url) == 0)
+		if (strcmp(n->ep.url, spec) == 0)
 			route_current = n;
 	if (route_current == NULL)
-		route_current = route_node_create(rw_redis_url);
+		route_current = route_node_create(spec);
+	route_gen = rw_conn_settings_gen;
+	pfree(spec);
 
 	/* Old nodes stay only while holds or owed releases live on them. */
 	for (RwNode *n = route_nodes, *next; n != NULL; n = next)

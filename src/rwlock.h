@@ -19,9 +19,12 @@
  *	  keeper.c     the background worker and its shared table; redis_locks
  *	  protocol.c   one C function per Lua script
  *	  scripts.c    the embedded scripts (lua_scripts.c) and EVALSHA/EVAL
- *	  url.c        parsing rwlock.redis_url
+ *	  url.c        parsing rwlock.redis_url, a node's spec, the password
+ *	               file
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
  *	               latch, deadlines, interrupts
+ *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
+ *	               reads and writes, what a failure means
  *	  guc.c        the rwlock.* settings
  *
  *-------------------------------------------------------------------------
@@ -42,6 +45,9 @@
 #define RW_NAME_MAX			1024	/* bytes of a lock name */
 #define RW_PREFIX_MAX		64		/* bytes of rwlock.key_prefix */
 #define RW_URL_MAX			1024	/* bytes of rwlock.redis_url */
+#define RW_PATH_MAX			255		/* bytes of a file setting */
+/* bytes of a node's spec: the URL and five settings, tab-separated */
+#define RW_SPEC_MAX			(RW_URL_MAX + 5 * (RW_PATH_MAX + 1))
 #define RW_OWNER_MAX		64		/* bytes of an owner id */
 #define RW_INTENT_MS		2000	/* lease of a waiting writer's intent */
 #define RW_KEEP_TOKEN_MS	600000	/* the last write token outlives a lock */
@@ -90,30 +96,59 @@ rw_now_ms(void)
 extern TimestampTz rw_mono_to_timestamp(int64 mono_ms);
 
 /* ---- guc.c ---- */
+
+/* rwlock.tls_verify */
+typedef enum RwTlsVerify
+{
+	RW_TLS_VERIFY_FULL,			/* the certificate's chain and host name */
+	RW_TLS_VERIFY_CA,			/* its chain only */
+	RW_TLS_VERIFY_NONE			/* nothing: encryption without authentication */
+} RwTlsVerify;
+
 extern char *rw_redis_url;
 extern char *rw_key_prefix;
 extern int	rw_lease_ms;
 extern int	rw_connect_timeout_ms;
 extern int	rw_command_timeout_ms;
+extern char *rw_password_file;
+extern int	rw_tls_verify;
+extern char *rw_tls_ca_file;
+extern char *rw_tls_cert_file;
+extern char *rw_tls_key_file;
+extern uint64 rw_conn_settings_gen;
 extern void rw_define_gucs(void);
+extern const char *rw_tls_verify_name(RwTlsVerify v);
 
 /* ---- url.c ---- */
 
-/* Where a node is, as parsed from a redis:// or unix:// URL. */
+/* Where a node is and how to connect to it, as parsed from its spec. */
 typedef struct RwEndpoint
 {
-	char	   *url;			/* as given, password included */
-	char	   *display;		/* for messages: no password */
+	char	   *url;			/* the spec (url.c): the URL as given,
+								 * password included, and the connection
+								 * settings in effect; names the node */
+	char	   *display;		/* the URL for messages: no password */
 	bool		is_unix;
+	bool		tls;			/* rediss:// */
 	char	   *host;
 	int			port;
 	char	   *path;
 	char	   *user;			/* NULL: AUTH password only */
-	char	   *password;		/* NULL: no AUTH */
+	char	   *password;		/* NULL: no AUTH, or see password_file */
 	int			db;
+	char	   *password_file;	/* NULL: none */
+	RwTlsVerify tls_verify;
+	char	   *tls_ca_file;	/* NULL: the system's CA store */
+	char	   *tls_cert_file;	/* NULL: no client certificate */
+	char	   *tls_key_file;	/* NULL: the key is in tls_cert_file */
 } RwEndpoint;
 
-extern bool rw_parse_url(const char *url, RwEndpoint *ep, char **why);
+extern bool rw_parse_url(const char *spec, RwEndpoint *ep, char **why);
+extern bool rw_check_url(const char *url, char **why);
+extern char *rw_current_spec(void);
+extern bool rw_password_lookup(const RwEndpoint *ep, char **user,
+							   char **password, char *why, size_t whylen);
+extern const char *rw_endpoint_where(const RwEndpoint *ep);
 
 /* ---- redis_conn.c ---- */
 
@@ -147,11 +182,16 @@ typedef struct RwLate
 	redisReply *reply;
 } RwLate;
 
-/* One connection to a node. */
+/*
+ * One connection to a node. ctx is hiredis's codec state only (its output
+ * buffer and reply reader); the socket's I/O is redis_conn.c's, through tls
+ * when the connection is TLS.
+ */
 typedef struct RwConn
 {
 	struct RwNode *node;
 	redisContext *ctx;			/* NULL when closed */
+	struct RwTls *tls;			/* NULL: plain */
 	WaitEventSet *wes;			/* latch, postmaster death, our socket */
 	int			sock_pos;		/* position of the socket event in wes */
 	uint32		sock_events;	/* what the socket event waits for now */
@@ -181,6 +221,22 @@ extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
 extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
+
+/* ---- tls.c ---- */
+typedef struct RwTls RwTls;
+
+extern RwTls *rw_tls_open(const RwEndpoint *ep, int fd, char *why,
+						  size_t whylen);
+extern int	rw_tls_handshake(RwTls *tls, uint32 *wants, char *why,
+							 size_t whylen);
+extern ssize_t rw_tls_read(RwTls *tls, char *buf, size_t len, char *why,
+						   size_t whylen);
+extern ssize_t rw_tls_write(RwTls *tls, const char *buf, size_t len,
+							char *why, size_t whylen);
+extern uint32 rw_tls_wait_events(RwTls *tls, uint32 events);
+extern bool rw_tls_pending(RwTls *tls);
+extern bool rw_tls_heard_from_server(RwTls *tls);
+extern void rw_tls_close(RwTls *tls);
 
 /* ---- scripts.c ---- */
 typedef enum RwScriptId

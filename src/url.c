@@ -1,15 +1,49 @@
 /*-------------------------------------------------------------------------
  *
  * url.c
- *	  Parsing rwlock.redis_url: redis://[user[:password]@]host[:port][/db]
- *	  and unix://[user:password@]/path/to.sock[?db=N].
+ *	  Parsing rwlock.redis_url: redis://[user[:password]@]host[:port][/db],
+ *	  rediss://... (the same over TLS) and
+ *	  unix://[user:password@]/path/to.sock[?db=N]; a node's spec; the
+ *	  password file.
  *
- * The parsed endpoint keeps the URL as given (with its password, for AUTH)
- * and a display form without the password, for messages.
+ * A node's spec is the URL followed by the settings a connection to it
+ * uses, tab-separated: rwlock.password_file, and for a rediss:// URL also
+ * rwlock.tls_verify, tls_ca_file, tls_cert_file and tls_key_file (a plain
+ * URL without a password file is its own spec). The spec names the node:
+ * a change of any of these settings makes a new node, as a change of the
+ * URL does, and never strands a hold made with the old ones. It is also
+ * what a session publishes for the keeper, which connects with the
+ * session's settings, not its own.
+ *
+ * The parsed endpoint keeps its spec (with the URL's password, if any, for
+ * AUTH) and a display form of the URL without the password, shown only to
+ * roles that may read rwlock.redis_url (rw_endpoint_where).
+ *
+ * The password file (rwlock.password_file), after libpq's .pgpass: lines of
+ *	  host:port:user:password
+ * '#' starts a comment line; '\' escapes ':' and '\'. host is the URL's
+ * host as written (for unix://, the socket's path), port a number; '*'
+ * matches anything in either. user '*' matches any user; a user name
+ * matches a URL with that user, or a URL with none (AUTH then names that
+ * user, so even the user name stays out of the URL); an empty user matches
+ * only a URL with none. The first matching line wins; a password in the
+ * URL wins over the file. The file must be a regular file that neither
+ * group nor others may access (mode 0600 or 0400), or it is refused.
  *
  *-------------------------------------------------------------------------
  */
 #include "rwlock.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catalog/pg_authid.h"
+#include "miscadmin.h"
+#include "access/xact.h"
+#include "utils/acl.h"
+
+#define PASSFILE_MAX (64 * 1024)
 
 static char *
 url_percent_decode(const char *s, int len)
@@ -51,7 +85,7 @@ url_parse_userinfo(const char *s, const char *end, RwEndpoint *ep, char **why)
 
 		if (colon == NULL)
 		{
-			*why = "A user name needs a password: user:password@.";
+			*why = "A user name needs a password: user:password@ (or give the password in rwlock.password_file and no user name in the URL).";
 			return NULL;
 		}
 		if (colon > s)
@@ -164,37 +198,304 @@ url_parse_unix(const char *s, RwEndpoint *ep, char **why)
 	return true;
 }
 
+/* Parse the URL part of a spec (len bytes) into *ep. */
+static bool
+url_parse(const char *url, int len, RwEndpoint *ep, char **why)
+{
+	char	   *u = pnstrdup(url, len);
+
+	if (strncmp(u, "redis://", 8) == 0)
+		return url_parse_tcp(u + 8, ep, why);
+	if (strncmp(u, "rediss://", 9) == 0)
+	{
+		ep->tls = true;
+		return url_parse_tcp(u + 9, ep, why);
+	}
+	if (strncmp(u, "unix://", 7) == 0)
+		return url_parse_unix(u + 7, ep, why);
+	*why = "The URL must start with redis://, rediss:// or unix://.";
+	return false;
+}
+
+/* A field of a spec: NULL if empty. */
+static char *
+spec_field(const char *s, int len)
+{
+	return len > 0 ? pnstrdup(s, len) : NULL;
+}
+
 /*
- * Parse a URL into *ep (strings palloc'd in the current context). On failure
- * returns false and points *why at a sentence saying what is wrong.
+ * Parse a node's spec (or a bare URL) into *ep (strings palloc'd in the
+ * current context). On failure returns false and points *why at a sentence
+ * saying what is wrong; it never quotes the URL.
  */
 bool
-rw_parse_url(const char *url, RwEndpoint *ep, char **why)
+rw_parse_url(const char *spec, RwEndpoint *ep, char **why)
 {
-	bool		ok;
+	const char *fields[6];
+	int			lens[6];
+	int			n = 0;
+	const char *p = spec;
 
 	memset(ep, 0, sizeof(*ep));
-	if (strncmp(url, "redis://", 8) == 0)
-		ok = url_parse_tcp(url + 8, ep, why);
-	else if (strncmp(url, "unix://", 7) == 0)
-		ok = url_parse_unix(url + 7, ep, why);
-	else
+	for (;;)
 	{
-		*why = "The URL must start with redis:// or unix://.";
-		ok = false;
+		const char *tab = strchr(p, '\t');
+
+		if (n == 6)
+		{
+			*why = "A node's spec has too many fields.";
+			return false;
+		}
+		fields[n] = p;
+		lens[n++] = tab ? tab - p : strlen(p);
+		if (tab == NULL)
+			break;
+		p = tab + 1;
 	}
-	if (!ok)
+	if (n != 1 && n != 2 && n != 6)
+	{
+		*why = "A node's spec has a wrong number of fields.";
 		return false;
-	ep->url = pstrdup(url);
+	}
+	if (!url_parse(fields[0], lens[0], ep, why))
+		return false;
+	if (n >= 2)
+		ep->password_file = spec_field(fields[1], lens[1]);
+	ep->tls_verify = RW_TLS_VERIFY_FULL;
+	if (n == 6)
+	{
+		if (lens[2] == 2 && strncmp(fields[2], "ca", 2) == 0)
+			ep->tls_verify = RW_TLS_VERIFY_CA;
+		else if (lens[2] == 4 && strncmp(fields[2], "none", 4) == 0)
+			ep->tls_verify = RW_TLS_VERIFY_NONE;
+		ep->tls_ca_file = spec_field(fields[3], lens[3]);
+		ep->tls_cert_file = spec_field(fields[4], lens[4]);
+		ep->tls_key_file = spec_field(fields[5], lens[5]);
+	}
+	ep->url = pstrdup(spec);
 	if (ep->is_unix)
 		ep->display = psprintf("unix://%s%s%s?db=%d",
 							   ep->user ? ep->user : "", ep->user ? "@" : "",
 							   ep->path, ep->db);
 	else
-		ep->display = psprintf("redis://%s%s%s%s%s:%d/%d",
+		ep->display = psprintf("%s://%s%s%s%s%s:%d/%d",
+							   ep->tls ? "rediss" : "redis",
 							   ep->user ? ep->user : "", ep->user ? "@" : "",
 							   strchr(ep->host, ':') ? "[" : "", ep->host,
 							   strchr(ep->host, ':') ? "]" : "",
 							   ep->port, ep->db);
+	return true;
+}
+
+/* For the setting's check hook: a URL alone, no control characters. */
+bool
+rw_check_url(const char *url, char **why)
+{
+	RwEndpoint	ep;
+
+	for (const unsigned char *p = (const unsigned char *) url; *p; p++)
+	{
+		if (*p < 0x20 || *p == 0x7f)
+		{
+			*why = "The URL must not contain control characters.";
+			return false;
+		}
+	}
+	return rw_parse_url(url, &ep, why);
+}
+
+/*
+ * The spec of the node rwlock.redis_url names, with the settings in effect
+ * now (see the header comment).
+ */
+char *
+rw_current_spec(void)
+{
+	bool		tls = strncmp(rw_redis_url, "rediss://", 9) == 0;
+	const char *pf = rw_password_file ? rw_password_file : "";
+
+	if (tls)
+		return psprintf("%s\t%s\t%s\t%s\t%s\t%s", rw_redis_url, pf,
+						rw_tls_verify_name(rw_tls_verify),
+						rw_tls_ca_file ? rw_tls_ca_file : "",
+						rw_tls_cert_file ? rw_tls_cert_file : "",
+						rw_tls_key_file ? rw_tls_key_file : "");
+	if (*pf != '\0')
+		return psprintf("%s\t%s", rw_redis_url, pf);
+	return pstrdup(rw_redis_url);
+}
+
+/*
+ * Where a node is, for a message: its URL (without password) to roles that
+ * may read rwlock.redis_url, else "the configured Redis server".
+ */
+const char *
+rw_endpoint_where(const RwEndpoint *ep)
+{
+	if (IsTransactionState() &&
+		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS))
+		return psprintf("Redis at %s", ep->display);
+	return "the configured Redis server";
+}
+
+/* ---------------------------------------------------------------------
+ * The password file
+ * --------------------------------------------------------------------- */
+
+/*
+ * The next field of a line: up to an unescaped ':' (or the end, if last),
+ * unescaped into out. Returns where the next field starts, or NULL if the
+ * line has no more fields.
+ */
+static char *
+passfile_field(char *p, char *out, bool last)
+{
+	int			o = 0;
+
+	for (; *p; p++)
+	{
+		if (*p == '\\' && p[1] != '\0')
+			p++;
+		else if (*p == ':' && !last)
+		{
+			out[o] = '\0';
+			return p + 1;
+		}
+		out[o++] = *p;
+	}
+	out[o] = '\0';
+	return last ? p : NULL;
+}
+
+static bool
+passfile_host_matches(const RwEndpoint *ep, const char *host)
+{
+	if (strcmp(host, "*") == 0)
+		return true;
+	if (ep->is_unix)
+		return strcmp(host, ep->path) == 0;
+	if (strcmp(host, ep->host) == 0)
+		return true;
+	/* An IPv6 address may be written in brackets, as in the URL. */
+	return host[0] == '[' && strlen(host) == strlen(ep->host) + 2 &&
+		strncmp(host + 1, ep->host, strlen(ep->host)) == 0;
+}
+
+static bool
+passfile_port_matches(const RwEndpoint *ep, const char *port)
+{
+	char		buf[16];
+
+	if (strcmp(port, "*") == 0)
+		return true;
+	if (ep->is_unix)
+		return port[0] == '\0';
+	snprintf(buf, sizeof(buf), "%d", ep->port);
+	return strcmp(port, buf) == 0;
+}
+
+/*
+ * The user and password for AUTH from the endpoint's password file, if it
+ * has one and the URL gives no password: *password is NULL when no line
+ * matches (or there is no file). False, with *why, if the file cannot be
+ * used; why never quotes the file's path or contents. Never throws but on
+ * out of memory.
+ */
+bool
+rw_password_lookup(const RwEndpoint *ep, char **user, char **password,
+				   char *why, size_t whylen)
+{
+	struct stat st;
+	int			fd;
+	char	   *buf;
+	ssize_t		n;
+	ssize_t		got = 0;
+	char	   *line;
+	char	   *next;
+
+	*user = ep->user;
+	*password = ep->password;
+	if (ep->password != NULL || ep->password_file == NULL)
+		return true;
+
+	fd = open(ep->password_file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+	{
+		snprintf(why, whylen, "could not open rwlock.password_file: %s",
+				 strerror(errno));
+		return false;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+	{
+		snprintf(why, whylen, "rwlock.password_file is not a regular file");
+		close(fd);
+		return false;
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO))
+	{
+		snprintf(why, whylen,
+				 "rwlock.password_file is refused: group or others may access it (mode %04o; it must be 0600 or less)",
+				 (unsigned) (st.st_mode & 07777));
+		close(fd);
+		return false;
+	}
+	if (st.st_size > PASSFILE_MAX)
+	{
+		snprintf(why, whylen, "rwlock.password_file is larger than %d bytes",
+				 PASSFILE_MAX);
+		close(fd);
+		return false;
+	}
+	buf = palloc(st.st_size + 1);
+	while (got < st.st_size &&
+		   ((n = read(fd, buf + got, st.st_size - got)) > 0 ||
+			(n < 0 && errno == EINTR)))
+		got += n > 0 ? n : 0;
+	close(fd);
+	buf[got] = '\0';
+
+	for (line = buf; line != NULL && *line; line = next)
+	{
+		char	   *end = strchr(line, '\n');
+		size_t		len = end ? end - line : strlen(line);
+		char	   *f = palloc(len + 1);
+		char	   *host = palloc(len + 1);
+		char	   *port = palloc(len + 1);
+		char	   *fuser = palloc(len + 1);
+		char	   *fpass = palloc(len + 1);
+		char	   *p;
+		bool		match;
+
+		next = end ? end + 1 : NULL;
+		memcpy(f, line, len);
+		f[len] = '\0';
+		if (len > 0 && f[len - 1] == '\r')
+			f[--len] = '\0';
+		if (len == 0 || f[0] == '#')
+			continue;
+		if ((p = passfile_field(f, host, false)) == NULL ||
+			(p = passfile_field(p, port, false)) == NULL ||
+			(p = passfile_field(p, fuser, false)) == NULL)
+			continue;			/* not a line of four fields */
+		passfile_field(p, fpass, true);
+		match = passfile_host_matches(ep, host) &&
+			passfile_port_matches(ep, port);
+		if (match && ep->user != NULL)
+			match = strcmp(fuser, "*") == 0 || strcmp(fuser, ep->user) == 0;
+		if (match)
+		{
+			if (ep->user == NULL && fuser[0] != '\0' && strcmp(fuser, "*") != 0)
+				*user = pstrdup(fuser);
+			*password = pstrdup(fpass);
+			explicit_bzero(fpass, len + 1);
+			explicit_bzero(f, len + 1);
+			break;
+		}
+		explicit_bzero(fpass, len + 1);
+		explicit_bzero(f, len + 1);
+	}
+	explicit_bzero(buf, got);
+	pfree(buf);
 	return true;
 }

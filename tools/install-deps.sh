@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs="build-essential postgresql-15 postgresql-server-dev-15 libhiredis-dev
       redis-server redis-tools libipc-run-perl python3-redis python3-psycopg2
-      gnuplot-nox iproute2 faketime pgbouncer libssl-dev"
+      gnuplot-nox iproute2 faketime pgbouncer libssl-dev openssl"
 need=""
 for p in $pkgs; do
   dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"

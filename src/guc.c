@@ -1,17 +1,32 @@
 /*-------------------------------------------------------------------------
  *
  * guc.c
- *	  The rwlock.* settings: definitions, bounds and validation.
+ *	  The rwlock.* settings: definitions, bounds and validation; settings
+ *	  refused when the library loaded.
  *
  * Every setting is checked when it is set, so that a wrong value fails at
  * SET (or at reload) with an error naming the setting, never later at the
  * first lock call.
  *
+ * Before the library is loaded, PostgreSQL keeps rwlock.* values as
+ * placeholders and checks nothing: ALTER DATABASE ... SET
+ * rwlock.redis_url = 'garbage' is accepted, and so is a PGOPTIONS value of
+ * a role that may not set it. When the library loads and defines the
+ * settings, such a value is refused with a WARNING and the built-in default
+ * takes its place: a session would then take locks on another Redis server
+ * (or under another prefix, lease, ...) than the one configured, and
+ * exclude nobody. So the value of each placeholder is noted before the
+ * setting is defined and compared with what took effect; a setting whose
+ * value was refused makes every lock function fail (rw_check_settings)
+ * for as long as it holds the value it fell back to.
+ *
  *-------------------------------------------------------------------------
  */
 #include "rwlock.h"
 
+#include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 char	   *rw_redis_url = NULL;
 char	   *rw_key_prefix = NULL;
@@ -59,26 +74,33 @@ check_redis_url(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-static bool
-check_key_prefix(char **newval, void **extra, GucSource source)
+/* What is wrong with a key prefix, or NULL. */
+static const char *
+key_prefix_problem(const char *v)
 {
-	const unsigned char *p;
-
-	if (*newval == NULL || **newval == '\0' || strlen(*newval) > RW_PREFIX_MAX)
-	{
-		GUC_check_errdetail("The prefix must be 1 to %d bytes long.", RW_PREFIX_MAX);
-		return false;
-	}
-	for (p = (const unsigned char *) *newval; *p; p++)
+	if (v == NULL || *v == '\0' || strlen(v) > RW_PREFIX_MAX)
+		return "length";
+	for (const unsigned char *p = (const unsigned char *) v; *p; p++)
 	{
 		/* Braces would change which cluster hash slot a lock's keys share. */
 		if (*p == '{' || *p == '}' || *p < 0x20 || *p == 0x7f)
-		{
-			GUC_check_errdetail("The prefix must not contain braces or control characters.");
-			return false;
-		}
+			return "characters";
 	}
-	return true;
+	return NULL;
+}
+
+static bool
+check_key_prefix(char **newval, void **extra, GucSource source)
+{
+	const char *problem = key_prefix_problem(*newval);
+
+	if (problem == NULL)
+		return true;
+	if (strcmp(problem, "length") == 0)
+		GUC_check_errdetail("The prefix must be 1 to %d bytes long.", RW_PREFIX_MAX);
+	else
+		GUC_check_errdetail("The prefix must not contain braces or control characters.");
+	return false;
 }
 
 /* A file setting: empty (none), or a path of at most RW_PATH_MAX bytes. */
@@ -116,9 +138,129 @@ assign_conn_enum(int newval, void *extra)
 	rw_conn_settings_gen++;
 }
 
+/* ---------------------------------------------------------------------
+ * Values refused when the library loaded
+ * --------------------------------------------------------------------- */
+
+typedef struct GucNote
+{
+	const char *name;
+	bool		is_int;
+	int		   *intvar;
+	int			unit;
+	char	   *before;			/* the placeholder's value, or NULL */
+	char	   *fallback;		/* refused: the value it fell back to */
+	bool		permission;		/* refused for lack of privilege */
+} GucNote;
+
+static GucNote guc_notes[] = {
+	{"rwlock.redis_url"},
+	{"rwlock.key_prefix"},
+	{"rwlock.lease", true, &rw_lease_ms, GUC_UNIT_MS},
+	{"rwlock.connect_timeout", true, &rw_connect_timeout_ms, GUC_UNIT_MS},
+	{"rwlock.command_timeout", true, &rw_command_timeout_ms, GUC_UNIT_MS},
+	{"rwlock.password_file"},
+	{"rwlock.tls_verify"},
+	{"rwlock.tls_ca_file"},
+	{"rwlock.tls_cert_file"},
+	{"rwlock.tls_key_file"},
+};
+
+static bool guc_any_refused = false;
+
+/* Before the settings are defined: what the placeholders hold. */
+static void
+guc_note_placeholders(void)
+{
+	for (int i = 0; i < lengthof(guc_notes); i++)
+	{
+		const char *v = GetConfigOption(guc_notes[i].name, true, false);
+
+		guc_notes[i].before = v ? MemoryContextStrdup(TopMemoryContext, v) : NULL;
+	}
+}
+
+/* Whether a placeholder's value is what took effect. */
+static bool
+guc_took_effect(GucNote *n)
+{
+	const char *now = GetConfigOption(n->name, false, false);
+
+	if (n->is_int)
+	{
+		int			v;
+
+		return parse_int(n->before, &v, n->unit, NULL) && v == *n->intvar;
+	}
+	if (strcmp(n->name, "rwlock.tls_verify") == 0)
+		return pg_strcasecmp(n->before, now) == 0;
+	return strcmp(n->before, now) == 0;
+}
+
+/* After: note each setting whose placeholder's value was refused. */
+static void
+guc_note_refusals(void)
+{
+	for (int i = 0; i < lengthof(guc_notes); i++)
+	{
+		GucNote    *n = &guc_notes[i];
+		char	   *why;
+
+		if (n->before == NULL || guc_took_effect(n))
+			continue;
+		n->fallback = MemoryContextStrdup(TopMemoryContext,
+										  GetConfigOption(n->name, false, false));
+		/* A valid value refused: the role that set it may not. */
+		if (strcmp(n->name, "rwlock.redis_url") == 0)
+			n->permission = rw_check_url(n->before, &why);
+		else if (strcmp(n->name, "rwlock.key_prefix") == 0)
+			n->permission = key_prefix_problem(n->before) == NULL;
+		else
+			n->permission = false;
+		guc_any_refused = true;
+	}
+	for (int i = 0; i < lengthof(guc_notes); i++)
+	{
+		if (guc_notes[i].before)
+			pfree(guc_notes[i].before);
+		guc_notes[i].before = NULL;
+	}
+}
+
+/*
+ * Fail if a setting's configured value was refused when the library loaded
+ * and the setting still holds the value it fell back to: locks taken now
+ * would not be the configured ones. Called before every lock operation
+ * goes to Redis (route.c).
+ */
+void
+rw_check_settings(void)
+{
+	if (likely(!guc_any_refused))
+		return;
+	for (int i = 0; i < lengthof(guc_notes); i++)
+	{
+		GucNote    *n = &guc_notes[i];
+
+		if (n->fallback == NULL ||
+			strcmp(GetConfigOption(n->name, false, false), n->fallback) != 0)
+			continue;
+		ereport(ERROR,
+				(errcode(n->permission ? ERRCODE_INSUFFICIENT_PRIVILEGE :
+						 ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s was not applied in this session, so rwlock refuses to take locks", n->name),
+				 n->permission ?
+				 errdetail("It was set before the library was loaded by a role that may not set it (e.g. in PGOPTIONS), and was refused when it loaded; this session would otherwise use the built-in default.") :
+				 errdetail("Its value, set before the library was loaded, is not valid and was refused when it loaded; this session would otherwise use the built-in default."),
+				 errhint("Fix the value (ALTER DATABASE/ROLE ... SET, postgresql.conf) and reconnect; put rwlock in shared_preload_libraries to have values checked when they are set.")));
+	}
+}
+
 void
 rw_define_gucs(void)
 {
+	guc_note_placeholders();
+
 	DefineCustomStringVariable("rwlock.redis_url",
 							   "Redis server that holds the locks.",
 							   "redis://[user[:password]@]host[:port][/db], rediss://... (TLS) or unix:///path[?db=N]. "
@@ -214,4 +356,5 @@ rw_define_gucs(void)
 							   check_path, assign_conn_string, NULL);
 
 	MarkGUCPrefixReserved("rwlock");
+	guc_note_refusals();
 }

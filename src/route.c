@@ -44,13 +44,15 @@ route_node_create(const char *spec)
 
 /*
  * The node that new acquisitions go to: the one rwlock.redis_url names,
- * with the connection settings in effect.
+ * with the connection settings in effect. Fails if a setting was refused
+ * when the library loaded (guc.c): never a lock on another server.
  */
 RwNode *
 rw_current_node(void)
 {
 	char	   *spec;
 
+	rw_check_settings();
 	if (route_current != NULL && route_gen == rw_conn_settings_gen)
 		return route_current;
 

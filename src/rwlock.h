@@ -25,7 +25,8 @@
  *	               latch, deadlines, interrupts
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
  *	               reads and writes, what a failure means
- *	  guc.c        the rwlock.* settings
+ *	  guc.c        the rwlock.* settings; settings refused when the library
+ *	               loaded
  *
  *-------------------------------------------------------------------------
  */
@@ -117,6 +118,7 @@ extern char *rw_tls_cert_file;
 extern char *rw_tls_key_file;
 extern uint64 rw_conn_settings_gen;
 extern void rw_define_gucs(void);
+extern void rw_check_settings(void);
 extern const char *rw_tls_verify_name(RwTlsVerify v);
 
 /* ---- url.c ---- */

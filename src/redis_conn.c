@@ -974,8 +974,13 @@ rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err)
 void
 rw_raise(RwConn *conn, const RwError *err)
 {
-	/* The URL, without password, only to roles that may read the setting. */
+	/*
+	 * The URL, without password, only to roles that may read the setting;
+	 * for the others, the server log's detail names it.
+	 */
 	const char *where = rw_endpoint_where(&conn->node->ep);
+	char	   *logged = rw_may_see_url() ? NULL :
+		psprintf("%s (Redis at %s)", err->msg, conn->node->ep.display);
 
 	switch (err->kind)
 	{
@@ -984,6 +989,7 @@ rw_raise(RwConn *conn, const RwError *err)
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("could not connect to %s", where),
 					 errdetail("%s", err->msg),
+					 logged ? errdetail_log("%s", logged) : 0,
 					 errhint("Check rwlock.redis_url and that Redis is running.")));
 			break;
 		case RW_ERR_AUTH:
@@ -991,19 +997,22 @@ rw_raise(RwConn *conn, const RwError *err)
 					(errcode(ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION),
 					 errmsg("%s refused authentication", where),
 					 errdetail("%s", err->msg),
+					 logged ? errdetail_log("%s", logged) : 0,
 					 errhint("Check the user name and password (rwlock.redis_url, rwlock.password_file).")));
 			break;
 		case RW_ERR_LOST:
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("lost connection to %s", where),
-					 errdetail("%s", err->msg)));
+					 errdetail("%s", err->msg),
+					 logged ? errdetail_log("%s", logged) : 0));
 			break;
 		case RW_ERR_TIMEOUT:
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("%s did not answer in time", where),
-					 errdetail("%s; the connection was closed.", err->msg)));
+					 errdetail("%s; the connection was closed.", err->msg),
+					 logged ? errdetail_log("%s; the connection was closed.", logged) : 0));
 			break;
 		case RW_ERR_INTERRUPTED:
 			CHECK_FOR_INTERRUPTS();
@@ -1017,7 +1026,8 @@ rw_raise(RwConn *conn, const RwError *err)
 			ereport(ERROR,
 					(errcode(ERRCODE_INTERNAL_ERROR),
 					 errmsg("%s answered with an error", where),
-					 errdetail("%s", err->msg)));
+					 errdetail("%s", err->msg),
+					 logged ? errdetail_log("%s", logged) : 0));
 			break;
 	}
 	pg_unreachable();

@@ -151,6 +151,7 @@ extern char *rw_current_spec(void);
 extern bool rw_password_lookup(const RwEndpoint *ep, char **user,
 							   char **password, char *why, size_t whylen);
 extern const char *rw_endpoint_where(const RwEndpoint *ep);
+extern bool rw_may_see_url(void);
 
 /* ---- redis_conn.c ---- */
 

@@ -333,10 +333,17 @@ rw_current_spec(void)
 const char *
 rw_endpoint_where(const RwEndpoint *ep)
 {
-	if (IsTransactionState() &&
-		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS))
+	if (rw_may_see_url())
 		return psprintf("Redis at %s", ep->display);
 	return "the configured Redis server";
+}
+
+/* Whether the current role may read rwlock.redis_url (as SHOW decides). */
+bool
+rw_may_see_url(void)
+{
+	return IsTransactionState() &&
+		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
 }
 
 /* ---------------------------------------------------------------------

@@ -130,6 +130,13 @@ row("g", "hand-off, 16 waiters, p50 (n=%d)" % g("g16_n"), g("g16_p50_ms"), "ms",
 row("g", "hand-off, 16 waiters, p99", g("g16_p99_ms"), "ms",
     "redis-py `Lock` polling, p99", g("gpoll_p99_ms"), g("g16_p99_ms") / g("gpoll_p99_ms"), "info")
 
+# TLS (bench/tls.sh): b over rediss:// against the same over plain TCP,
+# measured beside it in each repetition.
+if "b_1tls_lat_ms" in allv:
+    r = rep_ratio(lambda s: s("b_1tls_lat_ms") / s("b_1tcp_lat_ms"))
+    row("b", "same, over TLS (`rediss://`, certificate verified), 1 client", us_lat("b_1tls"), "µs",
+        "the same over plain TCP, beside it", us_lat("b_1tcp"), r, "info")
+
 
 def fmt(x):
     if x is None:

@@ -192,6 +192,9 @@ log "== g. hand-off latency (bench/handoff.py)"
 $PY "$BENCH/handoff.py" --dsn "host=$WORK port=$PGPORT user=$PGUSER_NAME dbname=postgres" \
   --redis-port "$RPORT" --tsv >>"$RAW"
 
+# ---- TLS: b over rediss:// beside plain TCP (bench/tls.sh) --------------------
+source "$BENCH/tls.sh" || log "TLS case failed: no TLS row"
+
 # ---- optional profile --------------------------------------------------------
 if [ "${BENCH_PROFILE:-0}" = 1 ]; then
   log "== profile of b, 1 client"

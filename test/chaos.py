@@ -84,18 +84,17 @@ import collections
 import os
 import random
 import re
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import psycopg2
 import psycopg2.extensions
 import redis
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rwtest import RedisServer  # noqa: E402
 
 LOCK = "c"
 KEY = "rwlock:{c}"             # the lock's hash (default rwlock.key_prefix)
@@ -118,57 +117,6 @@ T0 = time.monotonic()
 
 def now_ms():
     return (time.monotonic() - T0) * 1000.0
-
-
-# ---- a private Redis --------------------------------------------------------
-
-def free_port():
-    wanted = os.environ.get("CHAOS_REDIS_PORT")
-    if wanted:
-        return int(wanted)
-    for port in (6393, 0):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            return s.getsockname()[1]
-        except OSError:
-            continue
-        finally:
-            s.close()
-    raise RuntimeError("no free port")
-
-
-class RedisServer:
-    def __init__(self):
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="rwlock-chaos-")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.dir,
-             "--enable-debug-command", "local"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = "redis://127.0.0.1:%d/0" % self.port
-        r = redis.Redis(port=self.port, socket_timeout=1)
-        for _ in range(100):
-            try:
-                if r.ping():
-                    return
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("redis-server on port %d did not start" % self.port)
-
-    def stop(self):
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.proc = None
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # ---- shared state -------------------------------------------------------------
@@ -694,7 +642,7 @@ def parse():
 
 def main():
     args = parse()
-    srv = RedisServer()
+    srv = RedisServer(6393, "--enable-debug-command", "local", prefix="rwlock-chaos-")
 
     def on_signal(signum, frame):
         srv.stop()

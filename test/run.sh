@@ -8,11 +8,10 @@
 # servers on 6382-6389, its own clusters, and pgbouncer in t/011).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tools/redis.sh
 DIR=$(mktemp -d)
-redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" \
-  --daemonize yes --pidfile "$DIR/redis.pid" >/dev/null
-trap 'redis-cli -p 6379 shutdown nosave >/dev/null 2>&1; rm -rf "$DIR"' EXIT
-for _ in $(seq 50); do redis-cli -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+trap 'redis_stop 6379; rm -rf "$DIR"' EXIT
+redis_start 6379 "$DIR"
 make -s
 make -s install
 status=0

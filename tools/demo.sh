@@ -8,12 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 make -s && make -s install
+. tools/redis.sh
 PORT=${RWLOCK_DEMO_REDIS_PORT:-6390}
 DIR=$(mktemp -d)
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
-  --dir "$DIR" --daemonize yes --pidfile "$DIR/redis.pid" >/dev/null
-trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1; rm -rf "$DIR"' EXIT
-for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+trap 'redis_stop "$PORT"; rm -rf "$DIR"' EXIT
+redis_start "$PORT" "$DIR"
 export PGOPTIONS="-c rwlock.redis_url=redis://127.0.0.1:$PORT/0"
 interactive=""
 [ -t 0 ] && [ -t 1 ] && interactive=yes

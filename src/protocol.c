@@ -5,13 +5,15 @@
  *	  the script's keys and arguments and checking every part of its reply.
  *
  * Keys of the lock named N, with prefix P (docs/protocol.md has the rest):
- *	  P:{E}    hash: protocol version, writer, writer's lease end, last token
- *	  P:{E}:r  sorted set of readers by lease end
- *	  P:{E}:q  sorted set of waiting writers by intent end
- *	  P:{E}:c  pub/sub channel: published when waiters may proceed
+ *	  P:{E}    hash: protocol version, writer, readers and their lease ends,
+ *	           last token, waiting writers' intents, readers' marks and turn
+ *	  P:{E}:q  sorted set of waiting writers, first come first served
+ *	  P:{E}:c  pub/sub channel: names the waiters that may now proceed
  * where E is N with '%', '{' and '}' percent-encoded, so that the hash tag
  * {E} is the whole name whatever it holds and the keys of one lock share a
- * Redis Cluster slot.
+ * Redis Cluster slot. RwKeys also has P:{E}:r, the readers' key of protocol
+ * 1, which protocol 2 does not use: the scripts take the hash and the queue
+ * (script_keys).
  *
  *-------------------------------------------------------------------------
  */
@@ -113,6 +115,16 @@ is_str(redisReply *r)
 	return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS;
 }
 
+/* The keys the scripts take: the hash and the queue (not key[1]). */
+static void
+script_keys(const RwKeys *keys, const char *key[2], size_t len[2])
+{
+	key[0] = keys->key[0];
+	len[0] = keys->len[0];
+	key[1] = keys->key[2];
+	len[1] = keys->len[2];
+}
+
 /* Run one script; throws unless RW_NOTHROW. NULL if it failed. */
 static redisReply *
 run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
@@ -121,11 +133,13 @@ run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
 	RwScriptCall call;
 	RwError		local;
 	redisReply *r;
+	const char *key[2];
+	size_t		len[2];
 
 	if (err == NULL)
 		err = &local;
-	rw_script_prepare(&call, id, 3, (const char *const *) keys->key, keys->len,
-					  nargs, args);
+	script_keys(keys, key, len);
+	rw_script_prepare(&call, id, 2, key, len, nargs, args);
 	if (!rw_script_run(conn, &call, 1, &r, flags, err))
 	{
 		if (!(flags & RW_NOTHROW))
@@ -139,6 +153,9 @@ run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
  * Try once to take the lock. RW_GRANTED: *result is the fencing token.
  * RW_BUSY: *result is the longest to sleep before trying again, ms.
  * RW_UPGRADE_CONFLICT: *other is the reader that already waits to upgrade.
+ *
+ * The script answers an integer: the token (>= 0) when granted, -ms when
+ * busy; or a string, the other upgrading reader.
  */
 RwAcquireStatus
 rw_proto_acquire(RwConn *conn, const RwKeys *keys, char mode, int lease_ms,
@@ -151,27 +168,30 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, char mode, int lease_ms,
 	const char *args[6] = {RW_PROTOCOL_VERSION, rw_owner_id(), modestr,
 	lease, intent, keep};
 	redisReply *r;
-	int64		status;
+	int64		value;
 
 	snprintf(lease, sizeof(lease), "%d", lease_ms);
 	snprintf(intent, sizeof(intent), "%d", intent_ms);
 	snprintf(keep, sizeof(keep), "%d", RW_KEEP_TOKEN_MS);
 	r = run_one(conn, RW_SCRIPT_ACQUIRE, 6, args, keys, 0, NULL);
 
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_int(r->element[0]))
-		bad_reply(conn, r, "acquire", 0, NULL);
-	status = r->element[0]->integer;
-	if (status == -1 && is_str(r->element[1]))
+	if (r->type == REDIS_REPLY_STRING && r->len > 0)
 	{
-		*other = pnstrdup(r->element[1]->str, r->element[1]->len);
+		*other = pnstrdup(r->str, r->len);
 		freeReplyObject(r);
 		return RW_UPGRADE_CONFLICT;
 	}
-	if ((status != 0 && status != 1) || !is_int(r->element[1]))
+	if (!is_int(r))
 		bad_reply(conn, r, "acquire", 0, NULL);
-	*result = r->element[1]->integer;
+	value = r->integer;
 	freeReplyObject(r);
-	return status == 1 ? RW_GRANTED : RW_BUSY;
+	if (value >= 0)
+	{
+		*result = value;
+		return RW_GRANTED;
+	}
+	*result = -value;
+	return RW_BUSY;
 }
 
 /*
@@ -227,10 +247,12 @@ rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwError *err)
 	const char *args[5] = {RW_PROTOCOL_VERSION, rw_owner_id(), "", "0",
 	keeptoken};
 	RwScriptCall call;
+	const char *key[2];
+	size_t		len[2];
 
 	snprintf(keeptoken, sizeof(keeptoken), "%d", RW_KEEP_TOKEN_MS);
-	rw_script_prepare(&call, RW_SCRIPT_RELEASE, 3,
-					  (const char *const *) keys->key, keys->len, 5, args);
+	script_keys(keys, key, len);
+	rw_script_prepare(&call, RW_SCRIPT_RELEASE, 2, key, len, 5, args);
 	err->kind = RW_OK;
 	return rw_script_send(conn, &call, RW_NOTHROW, err);
 }
@@ -270,11 +292,12 @@ rw_proto_renew_owners(RwConn *conn, RwKeys **keys, const char *const *owners,
 		const char *args[4] = {RW_PROTOCOL_VERSION,
 			owners ? owners[i] : rw_owner_id(),
 		leases + 16 * i, keeptoken};
+		const char *key[2];
+		size_t		len[2];
 
 		snprintf(leases + 16 * i, 16, "%d", lease_ms[i]);
-		rw_script_prepare(&calls[i], RW_SCRIPT_RENEW, 3,
-						  (const char *const *) keys[i]->key, keys[i]->len,
-						  4, args);
+		script_keys(keys[i], key, len);
+		rw_script_prepare(&calls[i], RW_SCRIPT_RENEW, 2, key, len, 4, args);
 	}
 	ok = rw_script_run(conn, calls, n, replies, flags, err);
 	for (int i = 0; ok && i < n; i++)

@@ -124,7 +124,12 @@ rw_abandon_wait(void)
 	wait_end(true);
 }
 
-/* Is this push a message on our channel? */
+/*
+ * Is this push a message on our channel? A release publishes only when it
+ * lets waiters proceed, and only on the channel of those it lets through: the
+ * lock's own channel for waiting readers, a waiting writer's own channel
+ * (rw_wait_acquire) for the writer whose turn it is.
+ */
 static bool
 is_wakeup(redisReply *r)
 {
@@ -259,6 +264,14 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 
 	wait_begin(node, keys, held_mode, intent > 0 && mode == 'w');
+	if (mode == 'w')
+	{
+		/* A waiting writer listens on its own channel, <channel>:<owner id>. */
+		wait.keys->channel = MemoryContextAlloc(wait_cxt, keys->channel_len + RW_OWNER_MAX + 2);
+		snprintf(wait.keys->channel, keys->channel_len + RW_OWNER_MAX + 2, "%s:%s",
+				 keys->channel, rw_owner_id());
+		wait.keys->channel_len = strlen(wait.keys->channel);
+	}
 	for (;;)
 	{
 		RwAcquireStatus status;

@@ -42,7 +42,7 @@
 #include "fmgr.h"
 #include "storage/latch.h"
 
-#define RW_PROTOCOL_VERSION "1"
+#define RW_PROTOCOL_VERSION "2"
 #define RW_NAME_MAX			1024	/* bytes of a lock name */
 #define RW_PREFIX_MAX		64		/* bytes of rwlock.key_prefix */
 #define RW_URL_MAX			1024	/* bytes of rwlock.redis_url */

@@ -47,7 +47,7 @@ static struct
 static MemoryContext wait_cxt = NULL;
 
 static void
-wait_begin(RwNode *node, const RwKeys *keys, const char *name,
+wait_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode,
 		   RwMode held_mode, bool intent)
 {
 	if (wait_cxt == NULL)
@@ -55,6 +55,15 @@ wait_begin(RwNode *node, const RwKeys *keys, const char *name,
 										 ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(wait_cxt);
 	rw_copy_keys(keys, &wait_state.keys, wait_cxt);
+	if (mode == RW_WRITE)
+	{
+		/* A waiting writer listens on its own channel, <channel>:<owner id>. */
+		MemoryContext old = MemoryContextSwitchTo(wait_cxt);
+
+		wait_state.keys.channel = psprintf("%s:%s", keys->channel, rw_owner_id());
+		wait_state.keys.channel_len = strlen(wait_state.keys.channel);
+		MemoryContextSwitchTo(old);
+	}
 	wait_state.name = MemoryContextStrdup(wait_cxt, name);
 	wait_state.node = node;
 	wait_state.held_mode = held_mode;
@@ -114,7 +123,12 @@ rw_wait_done(void)
 	wait_end(false);
 }
 
-/* Is this push a message on our channel? */
+/*
+ * Is this push a message on our channel? A release publishes only when it
+ * lets waiters proceed, and only on the channel of those it lets through: the
+ * lock's own channel for waiting readers, a waiting writer's own channel
+ * (wait_begin) for the writer whose turn it is.
+ */
 static bool
 wait_is_wakeup(redisReply *r)
 {
@@ -250,7 +264,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 	int64		deadline = timeout_ms < 0 ? PG_INT64_MAX : rw_now_ms() + timeout_ms;
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 
-	wait_begin(node, keys, name, held_mode, intent > 0 && mode == RW_WRITE);
+	wait_begin(node, keys, name, mode, held_mode, intent > 0 && mode == RW_WRITE);
 	for (;;)
 	{
 		RwAcquireStatus status;

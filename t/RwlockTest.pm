@@ -160,7 +160,7 @@ sub lock_state
 {
 	my ($port, $prefix, $name) = @_;
 	my $out = redis_cli($port, '--eval', "$FindBin::RealBin/../lua/info.lua",
-		"$prefix:{$name}", "$prefix:{$name}:r", "$prefix:{$name}:q", ',', '1');
+		"$prefix:{$name}", "$prefix:{$name}:q", ',', '2');
 	my ($state) = split /\n/, $out;
 	return $state // '';
 }

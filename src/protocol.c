@@ -11,9 +11,7 @@
  *	  P:{E}:c  pub/sub channel: names the waiters that may now proceed
  * where E is N with '%', '{' and '}' percent-encoded, so that the hash tag
  * {E} is the whole name whatever it holds and the keys of one lock share a
- * Redis Cluster slot. RwKeys also has P:{E}:r, the readers' key of protocol
- * 1, which protocol 2 does not use: the scripts take the hash and the queue
- * (proto_script_keys).
+ * Redis Cluster slot.
  *
  *-------------------------------------------------------------------------
  */
@@ -46,7 +44,7 @@ void
 rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 			  MemoryContext cxt)
 {
-	static const char *const suffix[3] = {"", ":r", ":q"};
+	static const char *const suffix[RW_NKEYS] = {"", ":q"};
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	StringInfoData base;
 
@@ -64,7 +62,7 @@ rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 			appendStringInfoChar(&base, *p);
 	}
 	appendStringInfoChar(&base, '}');
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < RW_NKEYS; i++)
 	{
 		keys->key[i] = psprintf("%s%s", base.data, suffix[i]);
 		keys->len[i] = strlen(keys->key[i]);
@@ -79,7 +77,7 @@ rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 void
 rw_copy_keys(const RwKeys *from, RwKeys *to, MemoryContext cxt)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < RW_NKEYS; i++)
 	{
 		to->key[i] = MemoryContextStrdup(cxt, from->key[i]);
 		to->len[i] = from->len[i];
@@ -92,7 +90,7 @@ rw_copy_keys(const RwKeys *from, RwKeys *to, MemoryContext cxt)
 void
 rw_free_keys(RwKeys *keys)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < RW_NKEYS; i++)
 		pfree(keys->key[i]);
 	pfree(keys->channel);
 }
@@ -134,15 +132,13 @@ proto_keep_arg(RwKeep keep)
 	return keep == RW_KEEP_READ ? "r" : keep == RW_KEEP_ALL ? "q" : "";
 }
 
-/* Prepare a call of a script with the keys it takes: the hash and the queue. */
+/* Prepare a call of a script with the lock's keys: the hash and the queue. */
 static void
 proto_prepare(RwScriptCall *call, RwScriptId id, const RwKeys *keys,
 			  int nargs, const char *const *args)
 {
-	const char *key[2] = {keys->key[0], keys->key[2]};
-	size_t		len[2] = {keys->len[0], keys->len[2]};
-
-	rw_script_prepare(call, id, 2, key, len, nargs, args);
+	rw_script_prepare(call, id, RW_NKEYS, (const char *const *) keys->key,
+					  keys->len, nargs, args);
 }
 
 /* Run one script; NULL with *err set if Redis could not be asked. */

@@ -95,8 +95,9 @@ r = rep_ratio(lambda s: s("c_rw_tps") / s("c_adv_tps"))
 row("c", "`redis_wlock_xact` in autocommit, 1 client", g("c_rw_tps"), "xacts/s",
     "`pg_advisory_xact_lock`, 1 client", g("c_adv_tps"), r, "≥ 0.45", r >= 0.45)
 c_us = 1e6 / g("c_rw_tps")
+r = rep_ratio(lambda s: 1e6 / s("c_rw_tps") / (s("a_pg_lat_ms") * 1000 + s("a_eval1_us")))
 row("c", "same, µs a transaction, against its floor", c_us, "µs",
-    "`SELECT 1` + `EVALSHA return 1`", pg + g("a_eval1_us"), c_us / (pg + g("a_eval1_us")), "info")
+    "`SELECT 1` + `EVALSHA return 1`", pg + g("a_eval1_us"), r, "≤ 1.2", r <= 1.2)
 r = rep_ratio(lambda s: s("c_rwunix_tps") / s("c_adv_tps"))
 row("c", "same, Redis over a unix socket (`unix://`)", g("c_rwunix_tps"), "xacts/s",
     "`pg_advisory_xact_lock`, 1 client", g("c_adv_tps"), r, "info")
@@ -136,6 +137,38 @@ if "b_1tls_lat_ms" in allv:
     r = rep_ratio(lambda s: s("b_1tls_lat_ms") / s("b_1tcp_lat_ms"))
     row("b", "same, over TLS (`rediss://`, certificate verified), 1 client", us_lat("b_1tls"), "µs",
         "the same over plain TCP, beside it", us_lat("b_1tcp"), r, "info")
+# h. hand-offs with many waiting writers
+for n in (10, 50, 100):
+    ms, calls, pub = g("h%d_ms" % n), g("h%d_calls" % n), g("h%d_publish" % n)
+    if ms != ms:
+        continue
+    row("h", "hand-offs, %d writers waiting, each taking the lock and releasing it at once: "
+        "drain time" % n, ms, "ms", "%d × the 1-waiter hand-off p50 (g)" % n, n * p50,
+        ms / (n * p50), "≤ 150 ms" if n == 50 else "info", (ms <= 150) if n == 50 else None)
+    row("h", "same, Redis script calls per hand-off (%d in all; PUBLISH: %d)" % (calls, pub),
+        calls / n, "calls", "", None, None, "≤ 4", calls / n <= 4)
+
+
+# i. Redis CPU per script call
+def cpu_rows(tag, how, with_target):
+    for m, what in (("w", "write"), ("r", "read")):
+        rw_, base = g("%s_rw_%s_us" % (tag, m)), g("%s_base_%s_us" % (tag, m))
+        if rw_ != rw_:
+            continue
+        ratio = g("%s_ratio_%s" % (tag, m))
+        row("i", "Redis CPU per script call, %s lock + unlock (acquire.lua + release.lua), %s"
+            % (what, how), rw_, "µs", "Redisson-style %s lock + unlock (bench/baseline)" % what,
+            base, ratio, "≤ 1.25" if with_target else "info",
+            (ratio <= 1.25) if with_target else None)
+    if g("%s_setnx_us" % tag) == g("%s_setnx_us" % tag):
+        row("i", "same, write, against the simplest lock, %s" % how, g("%s_rw_w_us" % tag), "µs",
+            "SET NX PX + compare-and-delete script", g("%s_setnx_us" % tag),
+            g("%s_rw_w_us" % tag) / g("%s_setnx_us" % tag), "info")
+
+
+cpu_rows("cpu", "pipelined (INFO commandstats usec_per_call; ratio: median of 25 interleaved "
+         "repetitions)", True)
+cpu_rows("cpuseq", "one command per round trip", False)
 
 
 def fmt(x):
@@ -195,6 +228,8 @@ chart = [
     ("g hand-off p50\\nvs polling", p50 * 1000, g("gpoll_p50_ms") * 1000),
     ("g hand-off p99\\nvs polling", p99 * 1000, g("gpoll_p99_ms") * 1000),
     ("g 16 waiters p50\\nvs polling", g("g16_p50_ms") * 1000, g("gpoll_p50_ms") * 1000),
+    ("i Redis CPU, write\\nvs Redisson-style", g("cpu_rw_w_us"), g("cpu_base_w_us")),
+    ("i Redis CPU, read\\nvs Redisson-style", g("cpu_rw_r_us"), g("cpu_base_r_us")),
 ]
 with open(dat_path, "w") as f:
     f.write("# label rwlock baseline\n")

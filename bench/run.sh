@@ -86,7 +86,7 @@ cat >>"$PGDATA/postgresql.conf" <<EOF
 port = $PGPORT
 listen_addresses = ''
 unix_socket_directories = '$WORK'
-max_connections = 60
+max_connections = 130
 shared_buffers = 128MB
 fsync = off
 synchronous_commit = off
@@ -135,7 +135,7 @@ bench_redis() {
 
 # ---- a, b, c, e: interleaved repetitions; the report takes medians -------------
 cc -O2 -o "$WORK/redis_rtt" "$BENCH/redis_rtt.c" -lhiredis
-KEYS3=('bench:{rb}' 'bench:{rb}:r' 'bench:{rb}:q')
+KEYS2=('bench:{rb}' 'bench:{rb}:q')
 ACQ_SHA=$(redis-cli -p "$RPORT" script load "$(cat lua/acquire.lua)")
 REL_SHA=$(redis-cli -p "$RPORT" script load "$(cat lua/release.lua)")
 ONE_SHA=$(redis-cli -p "$RPORT" script load "return 1")
@@ -157,9 +157,9 @@ for rep in $(seq "$REPS"); do
   rtt a_ping 1 ping
   rtt a_eval1 1 eval1
   bench_redis a_rb_ping 10000 PING
-  bench_redis a_rb_acquire 10000 EVALSHA "$ACQ_SHA" 3 "${KEYS3[@]}" 1 bench-owner w 30000 2000 600000
-  bench_redis a_rb_release 10000 EVALSHA "$REL_SHA" 3 "${KEYS3[@]}" 1 bench-owner '' 30000 600000
-  redis-cli -p "$RPORT" del "${KEYS3[@]}" >/dev/null
+  bench_redis a_rb_acquire 10000 EVALSHA "$ACQ_SHA" 2 "${KEYS2[@]}" 2 bench-owner w 30000 2000 600000
+  bench_redis a_rb_release 10000 EVALSHA "$REL_SHA" 2 "${KEYS2[@]}" 2 bench-owner '' 30000 600000
+  redis-cli -p "$RPORT" del "${KEYS2[@]}" >/dev/null
   log "-- c. redis_wlock_xact vs pg_advisory_xact_lock, autocommit"
   bench_pg c_adv 1 c_advisory.sql
   bench_pg c_rw 1 c_xact.sql
@@ -194,6 +194,16 @@ $PY "$BENCH/handoff.py" --dsn "host=$WORK port=$PGPORT user=$PGUSER_NAME dbname=
 
 # ---- TLS: b over rediss:// beside plain TCP (bench/tls.sh) --------------------
 source "$BENCH/tls.sh" || log "TLS case failed: no TLS row"
+# ---- h. hand-offs with many waiters -------------------------------------------
+log "== h. hand-offs with 10, 50, 100 waiting writers (bench/drain.py)"
+$PY "$BENCH/drain.py" --dsn "host=$WORK port=$PGPORT user=$PGUSER_NAME dbname=postgres" \
+  --redis-port "$RPORT" --waiters 10,50,100 --rounds "$REPS" --tsv >>"$RAW"
+
+# ---- i. Redis CPU per script call, against the baselines ----------------------
+log "== i. Redis CPU per script call: rwlock, Redisson-style, SET NX PX (bench/scriptcost.py)"
+$PY "$BENCH/scriptcost.py" --port "$RPORT" --tsv >>"$RAW"
+log "   the same, one command per round trip (as the extension talks)"
+$PY "$BENCH/scriptcost.py" --port "$RPORT" --batch 0 --pairs 300 --reps 15 --tag cpuseq --tsv >>"$RAW"
 
 # ---- optional profile --------------------------------------------------------
 if [ "${BENCH_PROFILE:-0}" = 1 ]; then

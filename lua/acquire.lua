@@ -1,98 +1,279 @@
--- rwlock protocol 1: take a read or a write lock, or say how long to wait.
+-- rwlock protocol 2: take a read or a write lock, or say how long to wait.
 --
--- KEYS[1]  <prefix>:{<name>}    hash: v protocol, w writer, wexp writer's lease end (ms),
---                               f last write token
--- KEYS[2]  <prefix>:{<name>}:r  sorted set: reader -> lease end (ms)
--- KEYS[3]  <prefix>:{<name>}:q  sorted set: waiting writer -> intent end (ms)
--- ARGV[1]  protocol version ("1")
+-- KEYS[1]  <prefix>:{<name>}    hash: the lock (fields: docs/protocol.md 3.3)
+-- KEYS[2]  <prefix>:{<name>}:q  sorted set: waiting writers, first come first
+--                               served (score: arrival, µs)
+-- ARGV[1]  protocol version ("2")
 -- ARGV[2]  owner: a string unique to the holder
 -- ARGV[3]  "r" or "w"
 -- ARGV[4]  lease, ms
 -- ARGV[5]  how long a waiting caller's mark lasts, ms; "0" when the caller
---          will not wait. A waiting writer's mark is its intent (KEYS[3]); a
---          waiting reader's is the hash's field rw, which gives readers a
---          turn (field rt) when the next writer leaves.
--- ARGV[6]  how long the last write token outlives the lock, ms
+--          will not wait. A waiting writer's mark is its place in KEYS[2]
+--          (its intent, field i:<owner>); a waiting reader's raises field
+--          rw, which gives readers a turn (rt) when the writer they wait for
+--          leaves.
+-- ARGV[6]  keep, ms: the last write token outlives the lock by keep at least
 --
--- Returns {1, token} when granted; {0, ms} when busy, ms being the longest the
--- caller should sleep before trying again (it is told sooner on <KEYS[1]>:c);
--- {-1, other} when the caller holds a read lock and wants the write lock while
--- `other`, also a reader, waits to do the same: one of them must give up.
-local hash, readers, intents = KEYS[1], KEYS[2], KEYS[3]
-local owner, mode = ARGV[2], ARGV[3]
-local lease, intent, keep = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-
-local h = redis.call('HMGET', hash, 'v', 'w', 'wexp', 'f', 'rt', 'rw')
+-- Returns an integer token >= 0 when granted (a read grant returns the last
+-- write token, 0 if none is kept); an integer -ms <= -1 when busy, ms being
+-- the longest the caller should sleep before trying again (a release that
+-- lets it proceed tells it sooner: a reader on <KEYS[1]>:c, a writer on
+-- <KEYS[1]>:c:<owner>); a string, `other`, when
+-- the caller holds a read lock and wants the write lock while `other`, also a
+-- reader, waits to do the same: one of them must give up. Never publishes.
+--
+-- While a writer holds the lock (field w), the hash's TTL is its lease: the
+-- writer's grant and renewal set it, nothing else may. Otherwise the hash
+-- lives until x at least, which is keep past every lease and mark in it.
+-- Times are ms of Redis's clock (TIME); tokens and queue scores µs. Integers
+-- this large must never become strings in Lua (tostring and .. keep 14
+-- digits): they go to redis.call as numbers, which Redis formats with %.17g,
+-- exact below 2^53; the token is counted by HINCRBY.
+local hash, owner, mode = KEYS[1], ARGV[2], ARGV[3]
+local h, rkey
+if mode == 'r' then
+  rkey = 'r:' .. owner
+  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', rkey, 'rm')
+else
+  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z')
+end
 if h[1] and h[1] ~= ARGV[1] then
   return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. ARGV[1])
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
-redis.call('ZREMRANGEBYSCORE', intents, '-inf', now)
 
-local function extend(key, ms)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+-- Fast paths: no writer, and nobody waits or has a turn (no z).
+if not h[2] and not h[6] then
+  if mode ~= 'r' then
+    if not h[4] then                  -- no reader either: the lock is free
+      local token
+      if h[3] then
+        token = redis.call('HINCRBY', hash, 'f', 1)
+        if h[5] and h[5] ~= '0' then
+          redis.call('HSET', hash, 'w', owner, 'x', '0')
+        else
+          redis.call('HSET', hash, 'w', owner)
+        end
+      else                            -- no token kept: from the clock
+        local t = redis.call('TIME')
+        token = t[1] * 1000000 + t[2]
+        if h[5] and h[5] ~= '0' then
+          redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token, 'x', '0')
+        else
+          redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token)
+        end
+      end
+      redis.call('PEXPIRE', hash, ARGV[4])
+      return token
+    end
+  else
+    local t = redis.call('TIME')
+    local us = t[2] + 0
+    local now = t[1] * 1000 + (us - us % 1000) / 1000
+    local keep = ARGV[6] + 0
+    local e = now + ARGV[4]
+    -- The hash lives at least keep past every lease in it: until x.
+    local x = (not h[5] or h[5] - keep < e) and e + 2 * keep
+    local a
+    if h[7] then                      -- a reader again: a new lease
+      a = {hash, rkey, e}
+    elseif h[4] then                  -- rm: no reader's lease ends before it
+      a = {hash, rkey, e, 'n', h[4] + 1}
+      if not h[8] or h[8] + 0 > e then a[6] = 'rm'; a[7] = e end
+    else                              -- the first reader
+      a = {hash, 'v', ARGV[1], rkey, e, 'n', 1, 'rm', e}
+    end
+    if x then a[#a + 1] = 'x'; a[#a + 1] = x end
+    redis.call('HSET', unpack(a))
+    if x then redis.call('PEXPIRE', hash, x - now) end
+    return h[3] and h[3] + 0 or 0
+  end
+end
+
+-- The general path: a writer holds; writers waiting, readers waiting or in
+-- their turn; readers in the way of a writer; an upgrade.
+local queue, ikey = KEYS[2], 'i:' .. owner
+rkey = rkey or 'r:' .. owner
+local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey)
+local t = redis.call('TIME')
+local sec, us = tonumber(t[1]), tonumber(t[2])
+local now = sec * 1000 + math.floor(us / 1000)
+local lease, mark, keep = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local writer = h[2]                               -- present: it holds
+local n, rm, x, z = tonumber(h[4] or 0), tonumber(g[1] or 0), tonumber(h[5] or 0), h[6]
+local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
+local myread, myintent = tonumber(g[7] or 0), g[6] and tonumber(g[6])
+
+-- Changes to the hash, written at the end by one HSET and one HDEL.
+local upd, ttl = {}, nil
+local function put(k, v) upd[k] = v end          -- v false: delete the field
+local function raise(e)
+  -- Without a writer the hash must outlive e by keep (x); with one, it lives
+  -- as long as the writer's lease and no longer.
+  if not writer and x < e + keep then x = e + 2 * keep; put('x', x); ttl = x - now end
+end
+local function commit()
+  -- z: no intent, mark or turn ends after it
+  local zz = math.max(qe, rt, rw)
+  if zz > now then
+    if zz ~= tonumber(z or 0) then put('z', zz) end
+  elseif z then
+    put('z', false)
+  end
+  if not h[1] then put('v', ARGV[1]) end
+  local set, del = {}, {}
+  for k, v in pairs(upd) do
+    if v then set[#set + 1] = k; set[#set + 1] = v else del[#del + 1] = k end
+  end
+  if #set > 0 then redis.call('HSET', hash, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', hash, unpack(del)) end
+  if ttl then redis.call('PEXPIRE', hash, ttl) end
+end
+
+-- The first waiting writer whose intent is live (those that lapsed are
+-- dropped), its intent end, and whether another writer waits behind it.
+local function head()
+  while true do
+    local q = redis.call('ZRANGE', queue, 0, 1)
+    if not q[1] then
+      if qe > 0 then qe = 0; put('qe', false) end
+      return nil
+    end
+    local e
+    if q[1] == owner then e = myintent or 0
+    else e = tonumber(redis.call('HGET', hash, 'i:' .. q[1]) or 0) end
+    if e > now then return q[1], e, q[2] ~= nil end
+    redis.call('ZREM', queue, q[1])
+    put('i:' .. q[1], false)
+    if q[1] == owner then myintent = nil end
+  end
+end
+
+-- Live readers other than the caller, and a time before which none of them
+-- lapses. Reader fields whose lease ran out are dropped, but only looked for
+-- once rm (no reader's lease ends before it) says one may have.
+local function others()
+  if n == 0 then return 0, 0 end
+  if rm <= now then
+    local all, dead = redis.call('HGETALL', hash), {}
+    n, rm = 0, 0
+    for i = 1, #all, 2 do
+      if string.sub(all[i], 1, 2) == 'r:' then
+        local e = tonumber(all[i + 1])
+        if e <= now then dead[#dead + 1] = all[i]
+        else
+          n = n + 1
+          if rm == 0 or e < rm then rm = e end
+        end
+      end
+    end
+    for i = 1, #dead, 1000 do
+      redis.call('HDEL', hash, unpack(dead, i, math.min(i + 999, #dead)))
+    end
+    if myread <= now then myread = 0; g[7] = false end
+    put('n', n > 0 and n); put('rm', n > 0 and rm)
+  end
+  return n - (myread > now and 1 or 0), rm
 end
 
 local function busy(until_ms)
-  if intent > 0 and mode == 'w' then
-    redis.call('ZADD', intents, now + intent, owner)
-    extend(intents, intent)
-  elseif intent > 0 then
-    local rw = tonumber(redis.call('HGET', hash, 'rw') or 0)
-    redis.call('HSET', hash, 'rw', math.max(rw, now + intent))
-    extend(hash, intent)
+  if mark > 0 then
+    local e = now + mark
+    if mode == 'r' then
+      if e > rw then rw = e; put('rw', e) end
+    else
+      -- In the queue exactly when its field i:<owner> is there; a member
+      -- without it is left over (its hash expired): it goes to the back.
+      if not myintent then redis.call('ZADD', queue, sec * 1000000 + us, owner) end
+      put(ikey, e)
+      if e > qe then qe = e; put('qe', e) end
+      -- The queue outlives every intent in it.
+      redis.call('PEXPIRE', queue, qe - now)
+    end
+    raise(e)
   end
-  return {0, math.max(until_ms - now, 1)}
+  commit()
+  return math.min(now - until_ms, -1)
 end
 
-local writer, wexp, fence = h[2], tonumber(h[3] or 0), tonumber(h[4] or 0)
-local turn = tonumber(h[5] or 0)
-if writer and wexp <= now then writer = false end
-if writer and writer ~= owner then return busy(wexp) end
+-- A writer holds: how long its lease has left.
+local function writer_end() return now + redis.call('PTTL', hash) end
 
 if mode == 'r' then
+  if writer and writer ~= owner then return busy(writer_end()) end
   -- Once a writer waits, new readers queue behind it, except in the turn
   -- that readers who waited get when a writer leaves.
-  if not writer and turn <= now and not redis.call('ZSCORE', readers, owner) then
-    local first = redis.call('ZRANGE', intents, 0, 0, 'WITHSCORES')
-    if first[1] then return busy(tonumber(first[2])) end
+  local waiting = qe > now
+  if waiting and not writer and rt <= now and myread <= now then
+    local first, e = head()
+    if first then return busy(e) end
+    waiting = false
   end
-  -- No writer holds or waits (a lease or an intent ran out): the readers'
-  -- marks are moot, and must not start a turn at a later writer's release.
-  if h[6] and not writer and redis.call('EXISTS', intents) == 0 then
-    redis.call('HDEL', hash, 'rw')
+  -- No writer holds or waits: the readers' marks are moot, and must not start
+  -- a turn at a later writer's release.
+  if rw > 0 and not writer and not waiting then rw = 0; put('rw', false) end
+  local e = now + lease
+  if not g[7] then
+    n = n + 1
+    put('n', n)
+    if n == 1 or e < rm then put('rm', e) end
   end
-  redis.call('ZADD', readers, now + lease, owner)
-  extend(readers, lease)
-  redis.call('HSET', hash, 'v', ARGV[1])
-  extend(hash, lease + keep)
-  return {1, fence}
+  put(rkey, e)
+  raise(e)
+  commit()
+  return tonumber(h[3] or 0)
 end
 
-local mine = true				-- whether the owner may be among the readers
-if writer ~= owner then
-  -- Readers who waited for the last writer go first.
-  if turn > now then return busy(turn) end
-  mine = redis.call('ZSCORE', readers, owner)
-  local others = redis.call('ZCARD', readers) - (mine and 1 or 0)
-  if others > 0 then
-    if mine then
-      for _, w in ipairs(redis.call('ZRANGE', intents, 0, -1)) do
-        if w ~= owner and redis.call('ZSCORE', readers, w) then return {-1, w} end
-      end
-    end
-    local r = redis.call('ZRANGE', readers, 0, 1, 'WITHSCORES')
-    if r[1] == owner then return busy(tonumber(r[4])) end
-    return busy(tonumber(r[2]))
+-- the write lock
+local first, fe, more
+if qe > now and writer ~= owner then first, fe, more = head() end
+local behind = first and first ~= owner      -- another writer came first
+if writer then
+  if writer ~= owner then
+    local e = writer_end()
+    return busy(behind and math.min(e, fe) or e)
   end
-  fence = math.max(fence + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  ttl = lease                                 -- the writer again: same token
+  commit()
+  return tonumber(h[3])
 end
-redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'wexp', now + lease,
-           'f', string.format('%.0f', fence))
-if mine then redis.call('ZREM', readers, owner) end
-redis.call('ZREM', intents, owner)
-extend(hash, lease + keep)
-return {1, fence}
+-- Readers who waited for the last writer go first.
+if rt > now then return busy(behind and math.min(rt, fe) or rt) end
+local cnt, until_ms = others()
+local mine = myread > now                     -- an upgrade
+if cnt > 0 then
+  if mine and upgrader and upgrader ~= owner then
+    local o = redis.call('HMGET', hash, 'r:' .. upgrader, 'i:' .. upgrader)
+    if tonumber(o[1] or 0) > now and tonumber(o[2] or 0) > now then
+      commit()
+      return upgrader
+    end
+  end
+  if mine and mark > 0 and upgrader ~= owner then put('u', owner) end
+  return busy(behind and math.min(until_ms, fe) or until_ms)
+end
+-- Writers are served in their order of arrival; a reader upgrading goes
+-- first (the writers before it wait for its read lock).
+if behind and not mine then return busy(fe) end
+
+local token = h[3] and tonumber(h[3]) + 1 or sec * 1000000 + us
+put('w', owner)
+put('f', token)
+put('x', '0')                                 -- the writer's lease rules the TTL
+ttl = lease
+if g[7] then                                  -- an upgrade holds the write lock only
+  n = n - 1
+  put(rkey, false); put('n', n > 0 and n); put('rm', n > 0 and rm)
+end
+if upgrader == owner then put('u', false) end
+if g[6] then
+  redis.call('ZREM', queue, owner)
+  put(ikey, false)
+  -- Nobody waits any more: say so, so that the next calls skip the queue.
+  if (first == owner and not more) or
+     (first ~= owner and redis.call('EXISTS', queue) == 0) then
+    qe = 0; put('qe', false)
+  end
+end
+commit()
+return token

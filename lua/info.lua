@@ -1,36 +1,42 @@
--- rwlock protocol 1: the state of one lock, read-only.
+-- rwlock protocol 2: the state of one lock, read-only.
 --
 -- KEYS     as acquire.lua
--- ARGV[1]  protocol version ("1")
+-- ARGV[1]  protocol version ("2")
 --
 -- Returns {state, token, writer, writer_ms, readers, waiting}: state is "free",
 -- "read" or "write"; token the last write token (0 if none is kept); writer the
--- writer's owner ("" if none) and writer_ms its lease left; readers and waiting
--- flat lists of owner, ms-left pairs, of readers and of writers waiting.
-local hash, readers, intents = KEYS[1], KEYS[2], KEYS[3]
+-- writer's owner ("" if none) and writer_ms its lease left; readers a flat
+-- list of owner, ms-left pairs of the live readers, by lease end; waiting the
+-- same of the waiting writers (live intents), in their order of service.
+local hash, queue = KEYS[1], KEYS[2]
 
-local v = redis.call('HGET', hash, 'v')
-if v and v ~= ARGV[1] then
-  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. v ..
+local all = redis.call('HGETALL', hash)
+local f = {}
+for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
+if f.v and f.v ~= ARGV[1] then
+  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. f.v ..
                            ', the caller speaks ' .. ARGV[1])
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local function live(key)
-  local out = {}
-  local z = redis.call('ZRANGEBYSCORE', key, '(' .. now, '+inf', 'WITHSCORES')
-  for i = 1, #z, 2 do
-    out[#out + 1] = z[i]
-    out[#out + 1] = tonumber(z[i + 1]) - now
-  end
-  return out
-end
-
-local h = redis.call('HMGET', hash, 'w', 'wexp', 'f')
 local writer, writer_ms = '', 0
-if h[1] and tonumber(h[2]) > now then writer, writer_ms = h[1], tonumber(h[2]) - now end
-local r = live(readers)
+-- A writer's lease is the hash's TTL.
+if f.w then writer, writer_ms = f.w, math.max(redis.call('PTTL', hash), 0) end
+local rs = {}
+for k, v in pairs(f) do
+  if string.sub(k, 1, 2) == 'r:' and tonumber(v) > now then
+    rs[#rs + 1] = {string.sub(k, 3), tonumber(v) - now}
+  end
+end
+table.sort(rs, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
+local readers = {}
+for _, r in ipairs(rs) do readers[#readers + 1] = r[1]; readers[#readers + 1] = r[2] end
+local waiting = {}
+for _, w in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+  local e = tonumber(f['i:' .. w] or 0)
+  if e > now then waiting[#waiting + 1] = w; waiting[#waiting + 1] = e - now end
+end
 local state = 'free'
-if writer ~= '' then state = 'write' elseif #r > 0 then state = 'read' end
-return {state, tonumber(h[3] or 0), writer, writer_ms, r, live(intents)}
+if writer ~= '' then state = 'write' elseif #readers > 0 then state = 'read' end
+return {state, tonumber(f.f or 0), writer, writer_ms, readers, waiting}

@@ -1,80 +1,196 @@
--- rwlock protocol 1: release a lock, keep only its read part, or stop waiting.
+-- rwlock protocol 2: release a lock, keep only its read part, or stop waiting.
 --
 -- KEYS     as acquire.lua
--- ARGV[1]  protocol version ("1")
+-- ARGV[1]  protocol version ("2")
 -- ARGV[2]  owner
 -- ARGV[3]  what the owner keeps: "" nothing; "r" a read lock (a writer
 --          downgrading); "q" everything: it only withdraws its writer's intent
 -- ARGV[4]  lease of the kept read lock, ms
--- ARGV[5]  how long the last write token outlives the lock, ms
+-- ARGV[5]  keep, ms, as in acquire.lua
 --
 -- Returns 1 when the owner held what it released, 0 when its hold had already
 -- been lost (lease expired, or the data set was lost). "q" always returns 1.
--- Publishes on <KEYS[1]>:c whenever waiters may now proceed.
 --
--- A writer that leaves while readers wait (field rw) starts the readers'
--- turn (field rt, READER_TURN_MS): new writers wait until the readers that
--- came in are done or the turn runs out, so neither side starves.
+-- Publishes only when the change lets a waiter proceed, and only to those it
+-- lets through: "r" on <KEYS[1]>:c, where waiting readers listen, when they
+-- may go; "w" on <KEYS[1]>:c:<owner>, where a waiting writer listens, to the
+-- writer whose turn it is (the first in the queue, or the reader waiting to
+-- upgrade once it is the only reader), and to the first in the queue when
+-- the readers' turn starts (it learns by trying how long the turn lasts).
+--
+-- A writer that leaves while readers wait (rw) starts the readers' turn (rt,
+-- READER_TURN_MS): new writers wait until the readers that came in are done
+-- or the turn runs out, so neither side starves.
 local READER_TURN_MS = 100
-local hash, readers, intents = KEYS[1], KEYS[2], KEYS[3]
-local owner, keeps = ARGV[2], ARGV[3]
+local hash, owner, keeps = KEYS[1], ARGV[2], ARGV[3]
+local rkey = 'r:' .. owner
 
-local h = redis.call('HMGET', hash, 'v', 'w', 'wexp', 'rw', 'rt', 'f')
+local h = redis.call('HMGET', hash, 'v', 'w', 'z', rkey, 'n', 'f')
 if h[1] and h[1] ~= ARGV[1] then
   return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. ARGV[1])
 end
+
+-- Fast paths: a holder leaves, and nobody waits or has a turn (no z), so
+-- nobody is told.
+if keeps == '' and not h[3] then
+  if h[2] == owner and not h[4] then
+    -- The writer: its lease is the hash's TTL, so it still held the lock.
+    -- The hash, and the last token in it, now stays for keep.
+    redis.call('HDEL', hash, 'w')
+    redis.call('PEXPIRE', hash, ARGV[5])
+    return 1
+  end
+  if h[4] and not h[2] then
+    -- A reader. The hash lives at least keep past its lease (x).
+    local t = redis.call('TIME')
+    local held = h[4] - t[1] * 1000 > t[2] / 1000 and 1 or 0
+    if h[5] and h[5] + 0 > 1 then
+      redis.call('HDEL', hash, rkey)
+      redis.call('HINCRBY', hash, 'n', -1)
+    elseif h[6] then
+      redis.call('HDEL', hash, rkey, 'n', 'rm')
+    else
+      redis.call('DEL', hash)                 -- only ever read: nothing to keep
+    end
+    return held
+  end
+end
+
+-- The general path: someone may be waiting; a downgrade; a withdrawal; a
+-- writer that also reads.
+local queue, ikey = KEYS[2], 'i:' .. owner
+local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, 'x')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local writer = h[2]
+local keep = tonumber(ARGV[5])
+local writer = h[2]                               -- present: it holds
+local n, rm, x, z = tonumber(h[5] or 0), tonumber(g[1] or 0), tonumber(g[7] or 0), h[3]
+local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
 
-local held, changed = 0, redis.call('ZREM', intents, owner) == 1
+local upd, ttl = {}, nil
+local function put(k, v) upd[k] = v end          -- v false: delete the field
+
+local held, changed, left_reader = 0, false, false
+if g[6] then                                      -- withdraw the intent
+  redis.call('ZREM', queue, owner)
+  put(ikey, false)
+  if upgrader == owner then upgrader = nil; put('u', false) end
+  changed = true
+end
+local readers_wait = rw > now
 if keeps == 'q' then
   held = 1
 else
   if writer == owner then
-    if tonumber(h[3]) > now then held = 1 end
-    redis.call('HDEL', hash, 'w', 'wexp', 'rw')
-    writer = false
-    if tonumber(h[4] or 0) > now then
-      redis.call('HSET', hash, 'rt', now + READER_TURN_MS)
-    end
+    held = 1                                      -- its lease is the hash's TTL
+    put('w', false)
+    writer = nil
     changed = true
-  end
-  local s = redis.call('ZSCORE', readers, owner)
-  if s then
-    if tonumber(s) > now then held = 1 end
-    redis.call('ZREM', readers, owner)
-    changed = true
-    -- The readers' turn ends when the last of them leaves.
-    if tonumber(h[5] or 0) > now and redis.call('EXISTS', readers) == 0 then
-      redis.call('HDEL', hash, 'rt')
+    ttl = keep                                    -- the token stays for keep
+    if readers_wait then
+      rt, rw = now + READER_TURN_MS, 0
+      put('rt', rt); put('rw', false)
     end
   end
-  if keeps == 'r' and held == 1 then
-    local lease = tonumber(ARGV[4])
-    redis.call('ZADD', readers, now + lease, owner)
-    if redis.call('PTTL', readers) < lease then redis.call('PEXPIRE', readers, lease) end
-    -- The hash (version, last token) must outlive the kept read lock too.
-    local ms = lease + tonumber(ARGV[5])
-    if redis.call('PTTL', hash) < ms then redis.call('PEXPIRE', hash, ms) end
+  if h[4] then
+    if tonumber(h[4]) > now then held = 1 end
+    put(rkey, false)
+    n = n - 1
+    changed, left_reader = true, true
+  end
+  if keeps == 'r' and held == 1 and not writer then
+    local e = now + tonumber(ARGV[4])
+    put(rkey, e)
+    n = n + 1
+    if n == 1 or e < rm then rm = e end           -- no reader's lease ends before rm
+    left_reader = false
+    if ttl or x < e + keep then                   -- the hash lives until x at least
+      x = e + 2 * keep
+      put('x', x)
+      ttl = x - now
+    end
+  end
+  if h[4] or keeps == 'r' then put('n', n > 0 and n); put('rm', n > 0 and rm) end
+end
+
+-- The first waiting writer whose intent is live (those that lapsed are
+-- dropped), as in acquire.lua.
+local function head()
+  while true do
+    local q = redis.call('ZRANGE', queue, 0, 0)
+    if not q[1] then
+      if qe > 0 then qe = 0; put('qe', false) end
+      return nil
+    end
+    if tonumber(redis.call('HGET', hash, 'i:' .. q[1]) or 0) > now then return q[1] end
+    redis.call('ZREM', queue, q[1])
+    put('i:' .. q[1], false)
   end
 end
 
-if changed then
-  if not writer and redis.call('EXISTS', intents) == 0 then
-    -- No writer holds or waits: readers who waited wait for no one, and
-    -- their mark must not start a readers' turn at a later writer's release.
-    if h[4] then redis.call('HDEL', hash, 'rw') end
-    if redis.call('EXISTS', readers) == 0 then
-      -- Free: only the last write token stays, and not for long.
-      if h[6] then
-        redis.call('PEXPIRE', hash, tonumber(ARGV[5]))
+-- Live readers, counted (reader fields whose lease ran out are dropped).
+local function live()
+  if n == 0 or rm > now then return n end
+  local all, dead = redis.call('HGETALL', hash), {}
+  n, rm = 0, 0
+  for i = 1, #all, 2 do
+    local k = all[i]
+    if string.sub(k, 1, 2) == 'r:' and upd[k] ~= false then
+      local e = tonumber(upd[k] or all[i + 1])
+      if e <= now then dead[#dead + 1] = k
       else
-        redis.call('DEL', hash)
+        n = n + 1
+        if rm == 0 or e < rm then rm = e end
       end
     end
   end
-  redis.call('PUBLISH', hash .. ':c', owner)
+  for i = 1, #dead do put(dead[i], false) end
+  put('n', n > 0 and n); put('rm', n > 0 and rm)
+  return n
 end
+
+local free = false
+if changed and not writer then
+  -- Who may proceed now? Only they are told.
+  local first = qe > now and head()
+  local cnt = (first or upgrader or readers_wait or (left_reader and rt > now)) and live() or n
+  if left_reader and rt > now and cnt == 0 then rt = 0; put('rt', false) end   -- turn over
+  local readers_go, go = false, nil
+  if readers_wait and (rt > now or not first) then
+    readers_go, go = true, first
+  elseif first and rt <= now then
+    if cnt == 0 then
+      go = first
+    elseif cnt == 1 and upgrader then
+      local o = redis.call('HMGET', hash, 'r:' .. upgrader, 'i:' .. upgrader)
+      if tonumber(o[1] or 0) > now and tonumber(o[2] or 0) > now then go = upgrader end
+    end
+  end
+  -- No writer holds or waits: readers who waited wait for no one, and their
+  -- mark must not start a readers' turn at a later writer's release.
+  if not first and rw > 0 then rw = 0; put('rw', false) end
+  free = not first and n == 0
+  if readers_go then redis.call('PUBLISH', hash .. ':c', 'r') end
+  if go then redis.call('PUBLISH', hash .. ':c:' .. go, 'w') end
+end
+
+if free and not h[6] then
+  redis.call('DEL', hash)                         -- only ever read: nothing to keep
+  return held
+end
+-- z: no intent, mark or turn ends after it
+local zz = math.max(qe, rt, rw)
+if zz > now then
+  if zz ~= tonumber(z or 0) then put('z', zz) end
+elseif z then
+  put('z', false)
+end
+local set, del = {}, {}
+for k, v in pairs(upd) do
+  if v then set[#set + 1] = k; set[#set + 1] = v else del[#del + 1] = k end
+end
+if #set > 0 then redis.call('HSET', hash, unpack(set)) end
+for i = 1, #del, 1000 do redis.call('HDEL', hash, unpack(del, i, math.min(i + 999, #del))) end
+if ttl then redis.call('PEXPIRE', hash, ttl) end
 return held

@@ -1,38 +1,44 @@
--- rwlock protocol 1: extend the lease of a lock the owner holds.
+-- rwlock protocol 2: extend the lease of a lock the owner holds.
 --
 -- KEYS     as acquire.lua
--- ARGV[1]  protocol version ("1")
+-- ARGV[1]  protocol version ("2")
 -- ARGV[2]  owner
 -- ARGV[3]  new lease, ms from now
--- ARGV[4]  how long the last write token outlives the lock, ms
+-- ARGV[4]  keep, ms, as in acquire.lua
 --
 -- Returns 1 when the owner still held the lock (its lease now ends ARGV[3] ms
 -- from now), 0 when the hold was lost: a lost hold is never revived.
-local hash, readers = KEYS[1], KEYS[2]
-local owner, lease = ARGV[2], tonumber(ARGV[3])
+local hash, owner = KEYS[1], ARGV[2]
+local rkey = 'r:' .. owner
 
-local v = redis.call('HGET', hash, 'v')
-if v and v ~= ARGV[1] then
-  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. v ..
+local h = redis.call('HMGET', hash, 'v', 'w', 'x', rkey)
+if h[1] and h[1] ~= ARGV[1] then
+  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. ARGV[1])
 end
+if h[2] == owner then
+  -- The writer: its lease is the hash's TTL (a read lock it also holds goes
+  -- with it).
+  if h[4] then
+    local t = redis.call('TIME')
+    local us = t[2] + 0
+    redis.call('HSET', hash, rkey, t[1] * 1000 + (us - us % 1000) / 1000 + ARGV[3])
+  end
+  redis.call('PEXPIRE', hash, ARGV[3])
+  return 1
+end
+if not h[4] or h[2] then return 0 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
-local held = 0
-local h = redis.call('HMGET', hash, 'w', 'wexp')
-if h[1] == owner and tonumber(h[2]) > now then
-  redis.call('HSET', hash, 'wexp', now + lease)
-  held = 1
+local us = t[2] + 0
+local now = t[1] * 1000 + (us - us % 1000) / 1000
+if h[4] + 0 <= now then return 0 end
+local e = now + ARGV[3]
+-- A reader. The hash lives at least keep past every lease in it: until x.
+if h[3] and h[3] - ARGV[4] >= e then
+  redis.call('HSET', hash, rkey, e)
+else
+  local x = e + 2 * ARGV[4]
+  redis.call('HSET', hash, rkey, e, 'x', x)
+  redis.call('PEXPIRE', hash, x - now)
 end
-local s = redis.call('ZSCORE', readers, owner)
-if s and tonumber(s) > now then
-  redis.call('ZADD', readers, now + lease, owner)
-  if redis.call('PTTL', readers) < lease then redis.call('PEXPIRE', readers, lease) end
-  held = 1
-end
-if held == 1 then
-  local ms = lease + tonumber(ARGV[4])
-  if redis.call('PTTL', hash) < ms then redis.call('PEXPIRE', hash, ms) end
-end
-return held
+return 1

@@ -85,7 +85,7 @@ typedef struct RwSlot
 								 * acquisition) */
 	char		owner[RW_OWNER_MAX];
 	char		url[RW_SPEC_MAX + 1];	/* the node's spec (url.c) */
-	char		key[RW_KEY_MAX];	/* the lock's hash key; :r :q follow */
+	char		key[RW_KEY_MAX];	/* the lock's hash key; :q follows */
 	char		name[RW_NAME_MAX + 1];
 } RwSlot;
 
@@ -557,9 +557,8 @@ keeper_cycle(void)
 			continue;
 		}
 		work[i].keys.len[0] = strlen(work[i].keys.key[0]);
-		work[i].keys.key[1] = psprintf("%s:r", work[i].keys.key[0]);
-		work[i].keys.key[2] = psprintf("%s:q", work[i].keys.key[0]);
-		work[i].keys.len[1] = work[i].keys.len[2] = work[i].keys.len[0] + 2;
+		work[i].keys.key[1] = psprintf("%s:q", work[i].keys.key[0]);
+		work[i].keys.len[1] = work[i].keys.len[0] + 2;
 	}
 
 	qsort(work, n, sizeof(KWork), keeper_work_cmp);

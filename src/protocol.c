@@ -5,10 +5,10 @@
  *	  the script's keys and arguments and checking every part of its reply.
  *
  * Keys of the lock named N, with prefix P (docs/protocol.md has the rest):
- *	  P:{E}    hash: protocol version, writer, writer's lease end, last token
- *	  P:{E}:r  sorted set of readers by lease end
- *	  P:{E}:q  sorted set of waiting writers by intent end
- *	  P:{E}:c  pub/sub channel: published when waiters may proceed
+ *	  P:{E}    hash: protocol version, writer, readers and their lease ends,
+ *	           last token, waiting writers' intents, readers' marks and turn
+ *	  P:{E}:q  sorted set of waiting writers, first come first served
+ *	  P:{E}:c  pub/sub channel: names the waiters that may now proceed
  * where E is N with '%', '{' and '}' percent-encoded, so that the hash tag
  * {E} is the whole name whatever it holds and the keys of one lock share a
  * Redis Cluster slot.
@@ -44,7 +44,7 @@ void
 rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 			  MemoryContext cxt)
 {
-	static const char *const suffix[3] = {"", ":r", ":q"};
+	static const char *const suffix[RW_NKEYS] = {"", ":q"};
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	StringInfoData base;
 
@@ -62,7 +62,7 @@ rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 			appendStringInfoChar(&base, *p);
 	}
 	appendStringInfoChar(&base, '}');
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < RW_NKEYS; i++)
 	{
 		keys->key[i] = psprintf("%s%s", base.data, suffix[i]);
 		keys->len[i] = strlen(keys->key[i]);
@@ -77,7 +77,7 @@ rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 void
 rw_copy_keys(const RwKeys *from, RwKeys *to, MemoryContext cxt)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < RW_NKEYS; i++)
 	{
 		to->key[i] = MemoryContextStrdup(cxt, from->key[i]);
 		to->len[i] = from->len[i];
@@ -90,7 +90,7 @@ rw_copy_keys(const RwKeys *from, RwKeys *to, MemoryContext cxt)
 void
 rw_free_keys(RwKeys *keys)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < RW_NKEYS; i++)
 		pfree(keys->key[i]);
 	pfree(keys->channel);
 }
@@ -132,6 +132,15 @@ proto_keep_arg(RwKeep keep)
 	return keep == RW_KEEP_READ ? "r" : keep == RW_KEEP_ALL ? "q" : "";
 }
 
+/* Prepare a call of a script with the lock's keys: the hash and the queue. */
+static void
+proto_prepare(RwScriptCall *call, RwScriptId id, const RwKeys *keys,
+			  int nargs, const char *const *args)
+{
+	rw_script_prepare(call, id, RW_NKEYS, (const char *const *) keys->key,
+					  keys->len, nargs, args);
+}
+
 /* Run one script; NULL with *err set if Redis could not be asked. */
 static redisReply *
 proto_run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
@@ -140,8 +149,7 @@ proto_run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
 	RwScriptCall call;
 	redisReply *r;
 
-	rw_script_prepare(&call, id, 3, (const char *const *) keys->key, keys->len,
-					  nargs, args);
+	proto_prepare(&call, id, keys, nargs, args);
 	if (!rw_script_run(conn, &call, 1, &r, err))
 		return NULL;
 	return r;
@@ -164,7 +172,7 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode, int lease_ms,
 	const char *args[6] = {RW_PROTOCOL_VERSION, rw_owner_id(),
 	proto_mode_arg(mode), lease, intent, keep};
 	redisReply *r;
-	int64		status;
+	int64		value;
 
 	snprintf(lease, sizeof(lease), "%d", lease_ms);
 	snprintf(intent, sizeof(intent), "%d", intent_ms);
@@ -173,28 +181,27 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode, int lease_ms,
 	if (r == NULL)
 		return RW_ACQ_FAILED;
 
-	/* An error reply comes before the script's only write: nothing granted. */
+	/*
+	 * The script answers the token (>= 0) when granted, -ms when busy, or
+	 * the other upgrading reader. An error reply comes before the script's
+	 * writes: nothing granted.
+	 */
 	err->maybe_sent = false;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !proto_is_int(r->element[0]))
+	if (r->type == REDIS_REPLY_STRING && r->len > 0)
 	{
-		proto_bad_reply(r, "acquire", err);
-		return RW_ACQ_FAILED;
-	}
-	status = r->element[0]->integer;
-	if (status == -1 && proto_is_str(r->element[1]))
-	{
-		*other = pnstrdup(r->element[1]->str, r->element[1]->len);
+		*other = pnstrdup(r->str, r->len);
 		freeReplyObject(r);
 		return RW_UPGRADE_CONFLICT;
 	}
-	if ((status != 0 && status != 1) || !proto_is_int(r->element[1]))
+	if (!proto_is_int(r))
 	{
 		proto_bad_reply(r, "acquire", err);
 		return RW_ACQ_FAILED;
 	}
-	*result = r->element[1]->integer;
+	value = r->integer;
 	freeReplyObject(r);
-	return status == 1 ? RW_GRANTED : RW_BUSY;
+	*result = value >= 0 ? value : -value;
+	return value >= 0 ? RW_GRANTED : RW_BUSY;
 }
 
 /* The arguments of release.lua after its keys; bufs must outlive args. */
@@ -249,8 +256,7 @@ rw_proto_release_append(RwConn *conn, const RwKeys *keys, RwKeep keep,
 	RwScriptCall call;
 
 	proto_release_args(keep, lease_ms, args, lease, keeptoken);
-	rw_script_prepare(&call, RW_SCRIPT_RELEASE, 3,
-					  (const char *const *) keys->key, keys->len, 5, args);
+	proto_prepare(&call, RW_SCRIPT_RELEASE, keys, 5, args);
 	rw_script_append_eval(conn, &call, tag);
 }
 
@@ -297,9 +303,7 @@ rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
 		leases + 16 * i, keeptoken};
 
 		snprintf(leases + 16 * i, 16, "%d", lease_ms[i]);
-		rw_script_prepare(&calls[i], RW_SCRIPT_RENEW, 3,
-						  (const char *const *) keys[i]->key, keys[i]->len,
-						  4, args);
+		proto_prepare(&calls[i], RW_SCRIPT_RENEW, keys[i], 4, args);
 	}
 	ok = rw_script_run(conn, calls, n, replies, err);
 	for (int i = 0; ok && i < n; i++)

@@ -42,7 +42,7 @@
 #include "fmgr.h"
 #include "storage/latch.h"
 
-#define RW_PROTOCOL_VERSION "1"
+#define RW_PROTOCOL_VERSION "2"
 #define RW_NAME_MAX			1024	/* bytes of a lock name */
 #define RW_PREFIX_MAX		64		/* bytes of rwlock.key_prefix */
 #define RW_URL_MAX			1024	/* bytes of rwlock.redis_url */
@@ -282,10 +282,11 @@ extern void rw_script_append_eval(RwConn *conn, RwScriptCall *call, void *tag);
 /* ---- protocol.c ---- */
 
 /* The Redis keys of one lock; all share one cluster hash slot. */
+#define RW_NKEYS 2
 typedef struct RwKeys
 {
-	char	   *key[3];			/* hash, readers, intents */
-	size_t		len[3];
+	char	   *key[RW_NKEYS];	/* the hash, the queue of waiting writers */
+	size_t		len[RW_NKEYS];
 	char	   *channel;		/* wake-ups are published here */
 	size_t		channel_len;
 } RwKeys;

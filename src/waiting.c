@@ -3,24 +3,29 @@
  * waiting.c
  *	  Waiting for a busy lock: notified wake-ups, timeouts, cancellation.
  *
- * A waiter tries the acquire script; if the lock is busy it listens on the
- * lock's pub/sub channel (a second connection to the node, opened the first
- * time this session waits and kept), tries once more after its subscription
- * is confirmed (so a release published before that cannot be missed), and
- * then sleeps until a message arrives, the holder's remaining lease runs out,
- * or its own deadline passes. A missed message therefore costs latency, never
- * a hang. Release scripts publish whenever waiters may proceed.
+ * A waiter tries the acquire script; if the lock is busy it listens on a
+ * pub/sub channel (a second connection to the node, opened the first time
+ * this session waits and kept), tries once more after its subscription is
+ * confirmed (so a release published before that cannot be missed), and then
+ * sleeps until a message arrives, the holder's remaining lease runs out, or
+ * its own deadline passes. A missed message therefore costs latency, never
+ * a hang. Waiting readers listen on the lock's channel, a waiting writer on
+ * its own (<channel>:<owner id>): a release publishes only to those it lets
+ * through (protocol 2), so a hand-off does not wake the whole queue.
  *
- * A waiting writer registers an intent with a short lease of its own
+ * A waiting writer joins the lock's queue with an intent of its own
  * (RW_INTENT_MS), renewed at each try, which makes new readers queue behind
  * it. A waiting reader leaves a mark of the same lease, which gives waiting
  * readers a turn before the next writer when the current writer leaves. The
- * intent is withdrawn when the wait ends without the lock, and, if the wait
- * is cancelled or times out with an error, by rw_abandon_wait() from the
- * (sub)transaction abort callbacks.
+ * intent is withdrawn when the wait ends without the lock, also from the
+ * (sub)transaction abort callbacks (rw_abandon_wait); the withdrawal is sent
+ * without waiting for the answer, and with no connection left to its short
+ * lease.
  *
  * The sleep goes through the latch: cancel, statement_timeout, termination
- * and postmaster death end it at once. Between tries nothing is in flight.
+ * and postmaster death end it at once. Between tries nothing is in flight;
+ * a try cut off in flight owes the release of what it may have granted
+ * (release.c) before the error is raised.
  *
  *-------------------------------------------------------------------------
  */
@@ -47,7 +52,7 @@ static struct
 static MemoryContext wait_cxt = NULL;
 
 static void
-wait_begin(RwNode *node, const RwKeys *keys, const char *name,
+wait_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode,
 		   RwMode held_mode, bool intent)
 {
 	if (wait_cxt == NULL)
@@ -55,6 +60,15 @@ wait_begin(RwNode *node, const RwKeys *keys, const char *name,
 										 ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(wait_cxt);
 	rw_copy_keys(keys, &wait_state.keys, wait_cxt);
+	if (mode == RW_WRITE)
+	{
+		/* A waiting writer listens on its own channel, <channel>:<owner id>. */
+		MemoryContext old = MemoryContextSwitchTo(wait_cxt);
+
+		wait_state.keys.channel = psprintf("%s:%s", keys->channel, rw_owner_id());
+		wait_state.keys.channel_len = strlen(wait_state.keys.channel);
+		MemoryContextSwitchTo(old);
+	}
 	wait_state.name = MemoryContextStrdup(wait_cxt, name);
 	wait_state.node = node;
 	wait_state.held_mode = held_mode;
@@ -114,7 +128,12 @@ rw_wait_done(void)
 	wait_end(false);
 }
 
-/* Is this push a message on our channel? */
+/*
+ * Is this push a message on our channel? A release publishes only when it
+ * lets waiters proceed, and only on the channel of those it lets through: the
+ * lock's own channel for waiting readers, a waiting writer's own channel
+ * (wait_begin) for the writer whose turn it is.
+ */
 static bool
 wait_is_wakeup(redisReply *r)
 {
@@ -250,7 +269,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 	int64		deadline = timeout_ms < 0 ? PG_INT64_MAX : rw_now_ms() + timeout_ms;
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 
-	wait_begin(node, keys, name, held_mode, intent > 0 && mode == RW_WRITE);
+	wait_begin(node, keys, name, mode, held_mode, intent > 0 && mode == RW_WRITE);
 	for (;;)
 	{
 		RwAcquireStatus status;

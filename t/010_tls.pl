@@ -134,7 +134,7 @@ sub tls_lock_state
 {
 	my ($port, $prefix, $name) = @_;
 	my $out = tls_cli($port, '--eval', "$FindBin::RealBin/../lua/info.lua",
-		"$prefix:{$name}", "$prefix:{$name}:r", "$prefix:{$name}:q", ',', '1');
+		"$prefix:{$name}", "$prefix:{$name}:q", ',', '2');
 	my ($state) = split /\n/, $out;
 	return $state // '';
 }

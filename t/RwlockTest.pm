@@ -160,7 +160,7 @@ sub lock_state
 {
 	my ($port, $prefix, $name) = @_;
 	my $out = redis_cli($port, '--eval', "$FindBin::RealBin/../lua/info.lua",
-		"$prefix:{$name}", "$prefix:{$name}:r", "$prefix:{$name}:q", ',', '1');
+		"$prefix:{$name}", "$prefix:{$name}:q", ',', '2');
 	my ($state) = split /\n/, $out;
 	return $state // '';
 }
@@ -296,9 +296,11 @@ sub session_owner
 sub redis_holders
 {
 	my ($port, $prefix, $name) = @_;
+	# Protocol 2: the writer is field w of the lock's hash, each reader a
+	# field r:<owner> whose value is its lease end (docs/protocol.md, 3.3).
 	my $writer = redis_cli($port, 'HGET', "$prefix:{$name}", 'w');
-	my @readers = grep { $_ ne '' }
-	  split /\n/, redis_cli($port, 'ZRANGE', "$prefix:{$name}:r", '0', '-1');
+	my @readers = map { substr($_, 2) } grep { /^r:/ }
+	  split /\n/, redis_cli($port, 'HKEYS', "$prefix:{$name}");
 	return ($writer, \@readers);
 }
 

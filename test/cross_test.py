@@ -153,7 +153,9 @@ def run(srv):
     py = rw.Client(r)
 
     def subscribers(name):
-        return r.pubsub_numsub(rw.lock_keys("rwlock", name)[3])[0][1]
+        # waiting readers listen on the lock's channel, a writer on its own
+        chans = r.pubsub_channels(rw.lock_keys("rwlock", name)[2] + "*")
+        return sum(n for _, n in r.pubsub_numsub(*chans)) if chans else 0
 
     # -- a Python writer blocks SQL, and the reverse ---------------------------
     name = "cross:excl"
@@ -274,6 +276,45 @@ def run(srv):
           "(%s vs %s)" % (pr3.token, bgw.result))
     pr3.release()
 
+    # -- waiting writers are served in their order of arrival, across clients -
+    name = "cross:fifo"
+    holder = py.write_lock(name)
+    holder.acquire(1)
+    order, waiters = [], []
+
+    def sql_writer(sess, label):
+        def run_it():
+            tok = q(sess, "SELECT redis_wlock(%s)", name)
+            order.append((label, tok))
+            time.sleep(0.02)
+            q(sess, "SELECT redis_unlock(%s)", name)
+        return run_it
+
+    def py_writer(label):
+        lk = py.write_lock(name)
+
+        def run_it():
+            lk.acquire(10)
+            order.append((label, lk.token))
+            time.sleep(0.02)
+            lk.release()
+        return run_it
+
+    for label, fn in (("sql1", sql_writer(s1, "sql1")), ("py1", py_writer("py1")),
+                      ("sql2", sql_writer(s2, "sql2"))):
+        waiters.append(Bg(fn))
+        n = len(waiters)
+        wait_until(lambda: len(py.info(name)["waiting"]) == n, 5)
+    check("three writers queue, in order",
+          [w.split(":")[0] for w in py.info(name)["waiting"]] == ["pg", "py", "pg"],
+          str(py.info(name)["waiting"]))
+    holder.release()
+    for w in waiters:
+        w.join(10)
+    check("they get the lock in the order they came", [o[0] for o in order] == ["sql1", "py1", "sql2"],
+          str(order))
+    check("with increasing tokens", all(b[1] > a[1] for a, b in zip(order, order[1:])), str(order))
+
     # -- readers who waited get a turn before the next writer ------------------
     name = "cross:turn"
     hkey = rw.lock_keys("rwlock", name)[0]
@@ -357,7 +398,7 @@ def run(srv):
     seen = []
     l = py.write_lock(name, lease=0.6, on_lost=seen.append)
     l.acquire(1)
-    r.delete(*rw.lock_keys("rwlock", name)[:3])      # Redis lost the data
+    r.delete(*rw.lock_keys("rwlock", name)[:2])      # Redis lost the data
     check("on_lost called when a renewal finds the lock gone",
           wait_until(lambda: seen == [l], 2.0))
     check("lost property is set", l.lost is True)
@@ -370,49 +411,60 @@ def run(srv):
     check("release after SCRIPT FLUSH", l.release() is True)
 
     # -- protocol version ------------------------------------------------------
+    # A client of protocol 1 runs protocol 1's scripts (a copy of its
+    # acquire.lua is kept in test/fixtures/protocol1) with its three keys.
+    v1_acquire = open(os.path.join(ROOT, "test", "fixtures", "protocol1", "acquire.lua")).read()
+
+    def v1_keys(name):
+        base = rw.lock_keys("rwlock", name)[0]
+        return (base, base + ":r", base + ":q")
+
     name = "cross:version"
     l = py.write_lock(name)
     l.acquire(1)
-    keys = rw.lock_keys("rwlock", name)[:3]
-    acquire_lua = open(os.path.join(ROOT, "lua", "acquire.lua")).read()
     try:
-        r.eval(acquire_lua, 3, *keys, "2", "v2-client", "w", 30000, 0, 600000)
-        check("a version 2 caller is refused on version 1 keys", False, "(no error)")
+        r.eval(v1_acquire, 3, *v1_keys(name), "1", "v1-client", "w", 30000, 0, 600000)
+        check("a protocol 1 client is refused on protocol 2 keys", False, "(no error)")
     except redis.exceptions.ResponseError as e:
         msg = str(e)
         print("     Redis says: %s" % msg)
-        check("a version 2 caller is refused on version 1 keys",
-              msg.startswith("RWLOCK_VERSION") and "protocol 1" in msg and "speaks 2" in msg, msg)
+        check("a protocol 1 client is refused on protocol 2 keys",
+              msg.startswith("RWLOCK_VERSION") and "protocol 2" in msg and "speaks 1" in msg, msg)
     l.release()
-    name = "cross:version2"
-    keys = rw.lock_keys("rwlock", name)[:3]
-    r.eval(acquire_lua, 3, *keys, "2", "v2-client", "w", 30000, 0, 600000)
+    try:
+        r.eval(v1_acquire, 3, *v1_keys(name), "1", "v1-client", "r", 30000, 0, 600000)
+        check("  also once the lock is free (its token is kept)", False, "(no error)")
+    except redis.exceptions.ResponseError as e:
+        check("  also once the lock is free (its token is kept)",
+              str(e).startswith("RWLOCK_VERSION"), str(e))
+    name = "cross:version1"
+    r.eval(v1_acquire, 3, *v1_keys(name), "1", "v1-client", "w", 30000, 0, 600000)
     try:
         py.write_lock(name).try_acquire()
-        check("Python client raises ProtocolVersionError on version 2 keys", False)
+        check("Python client raises ProtocolVersionError on protocol 1 keys", False)
     except rw.ProtocolVersionError as e:
         print("     Python says: %s" % e)
-        check("Python client raises ProtocolVersionError on version 2 keys",
-              "RWLOCK_VERSION" in str(e))
+        check("Python client raises ProtocolVersionError on protocol 1 keys",
+              "RWLOCK_VERSION" in str(e) and "protocol 1" in str(e))
     try:
         q(s1, "SELECT redis_try_wlock(%s)", name)
-        check("SQL refuses version 2 keys", False)
+        check("SQL refuses protocol 1 keys", False)
     except psycopg2.Error as e:
         text = "%s %s" % (e.pgerror, e.diag.message_detail)
-        check("SQL refuses version 2 keys", "RWLOCK_VERSION" in text, text)
-    lua2 = tempfile.mkdtemp(prefix="rwlock-lua2-")
+        check("SQL refuses protocol 1 keys", "RWLOCK_VERSION" in text, text)
+    lua3 = tempfile.mkdtemp(prefix="rwlock-lua3-")
     try:
         for f in rw.SCRIPTS:
             body = open(os.path.join(ROOT, "lua", f + ".lua")).read()
-            with open(os.path.join(lua2, f + ".lua"), "w") as out:
-                out.write(body.replace("-- rwlock protocol 1:", "-- rwlock protocol 2:", 1))
+            with open(os.path.join(lua3, f + ".lua"), "w") as out:
+                out.write(body.replace("-- rwlock protocol 2:", "-- rwlock protocol 3:", 1))
         try:
-            rw.Client(r, lua_dir=lua2)
+            rw.Client(r, lua_dir=lua3)
             check("Python client refuses scripts of another version", False)
         except rw.ProtocolVersionError:
             check("Python client refuses scripts of another version", True)
     finally:
-        shutil.rmtree(lua2, ignore_errors=True)
+        shutil.rmtree(lua3, ignore_errors=True)
 
     for c in (s1, s2, admin):
         c.close()

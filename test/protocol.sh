@@ -12,83 +12,229 @@ trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1; rm -rf "$DIR"' EXIT
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 pass=0 fail=0
-K='rw:{a} rw:{a}:r rw:{a}:q'
+K='rw:{a} rw:{a}:q'
+V=2                      # the protocol version these scripts speak
 run() { local s=$1; shift; redis-cli -p "$PORT" --eval "lua/$s.lua" $K , "$@" | tr '\n' ' ' | sed 's/ $//'; }
+# Every call below passes the version first: "$V".
 check() {  # description, expected (shell glob), actual
   if [[ "$3" == $2 ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1: expected '$2', got '$3'"; fi
 }
 
-check "reader granted, token 0"          "1 0"        "$(run acquire 1 o1 r 30000 2000 600000)"
-check "writer busy behind reader"        "0 *"        "$(run acquire 1 o2 w 30000 2000 600000)"
-check "new reader queues behind intent"  "0 *"        "$(run acquire 1 o3 r 30000 2000 600000)"
-check "info shows read, o2 waiting"      "read 0  0 o1 * o2 *" "$(run info 1)"
-check "upgrade by sole reader granted"   "1 1*"       "$(run acquire 1 o1 w 30000 2000 600000)"
-tok1=$(run acquire 1 o1 w 30000 2000 600000 | cut -d' ' -f2)
-check "re-entrant write keeps token"     "1 $tok1"    "$(run acquire 1 o1 w 30000 2000 600000)"
-check "downgrade keeps read"             "1"          "$(run release 1 o1 r 30000 600000)"
-check "info after downgrade"             "read $tok1  0 o1 * o2 *" "$(run info 1)"
-check "withdraw intent"                  "1"          "$(run release 1 o2 q 0 600000)"
-check "release"                          "1"          "$(run release 1 o1 '' 0 600000)"
-check "release again: not held"          "0"          "$(run release 1 o1 '' 0 600000)"
+# listen: record the messages published on the lock's channels: rw:{a}:c
+# (waiting readers) and rw:{a}:c:<owner> (a waiting writer).
+listen() {
+  redis-cli -p "$PORT" --csv PSUBSCRIBE 'rw:{a}:c*' >"$DIR/sub.out" 2>/dev/null &
+  SUB=$!
+  for _ in $(seq 100); do
+    [ "$(redis-cli -p "$PORT" pubsub numpat)" = 1 ] && return
+    sleep 0.02
+  done
+}
+# heard: what was heard since listen, space-separated: "r" for the readers,
+# "w:<owner>" for a writer; stops listening.
+heard() {
+  sleep 0.05; kill "$SUB" 2>/dev/null; wait "$SUB" 2>/dev/null
+  grep '^"pmessage"' "$DIR/sub.out" | cut -d, -f3,4 | tr -d '"' |
+    sed -e 's/^rw:{a}:c,r$/r/' -e 's/^rw:{a}:c:\(.*\),w$/w:\1/' | tr '\n' ' ' | sed 's/ $//'
+}
+# batch: several script calls sent through one redis-cli (no process start
+# between them, for steps that must fit in the readers' 100 ms turn); one
+# argument per call, "script args..."; prints one reply per line.
+batch() {
+  local c out=()
+  for c in "$@"; do
+    set -- $c
+    local sha; sha=$(redis-cli -p "$PORT" script load "$(cat "lua/$1.lua")")
+    shift
+    out+=("EVALSHA $sha 2 $K $V $*")
+  done
+  printf '%s\n' "${out[@]}" | redis-cli -p "$PORT" --csv | tr ',' ' ' | tr -d '"'
+}
+publishes() { redis-cli -p "$PORT" info commandstats | tr -d '\r' | sed -n 's/^cmdstat_publish:calls=\([0-9]*\),.*/\1/p'; }
+
+check "reader granted, token 0"          "0"        "$(run acquire $V o1 r 30000 2000 600000)"
+check "writer busy behind reader"        "-*"        "$(run acquire $V o2 w 30000 2000 600000)"
+check "new reader queues behind intent"  "-*"        "$(run acquire $V o3 r 30000 2000 600000)"
+check "info shows read, o2 waiting"      "read 0  0 o1 * o2 *" "$(run info $V)"
+check "upgrade by sole reader granted"   "1*"       "$(run acquire $V o1 w 30000 2000 600000)"
+tok1=$(run acquire $V o1 w 30000 2000 600000)
+check "re-entrant write keeps token"     "$tok1"    "$(run acquire $V o1 w 30000 2000 600000)"
+check "downgrade keeps read"             "1"          "$(run release $V o1 r 30000 600000)"
+check "info after downgrade"             "read $tok1  0 o1 * o2 *" "$(run info $V)"
+check "withdraw intent"                  "1"          "$(run release $V o2 q 0 600000)"
+check "release"                          "1"          "$(run release $V o1 '' 0 600000)"
+check "release again: not held"          "0"          "$(run release $V o1 '' 0 600000)"
 check "free lock keeps only the token"   "rw:{a}"     "$(redis-cli -p "$PORT" keys '*' | tr '\n' ' ' | sed 's/ $//')"
-tok2=$(run acquire 1 o2 w 30000 0 600000 | cut -d' ' -f2)
+tok2=$(run acquire $V o2 w 30000 0 600000)
 check "tokens strictly increase"         "yes"        "$([ "$tok2" -gt "$tok1" ] && echo yes || echo "no $tok1 $tok2")"
-check "reader sees last write token"     "0 *"        "$(run acquire 1 o3 r 30000 0 600000)"
-check "renew by holder"                  "1"          "$(run renew 1 o2 30000 600000)"
-check "renew by stranger"                "0"          "$(run renew 1 o9 30000 600000)"
-run release 1 o2 '' 0 600000 >/dev/null
-check "reader after writer: write token" "1 $tok2"    "$(run acquire 1 o3 r 30000 0 600000)"
-run acquire 1 o4 r 30000 0 600000 >/dev/null
-check "first upgrader waits"             "0 *"        "$(run acquire 1 o3 w 30000 2000 600000)"
-check "second upgrader: conflict"        "-1 o3"      "$(run acquire 1 o4 w 30000 2000 600000)"
-run release 1 o3 '' 0 600000 >/dev/null; run release 1 o4 '' 0 600000 >/dev/null
-check "short lease expires"              "1 *"        "$(run acquire 1 o5 w 500 0 600000)"
+check "reader sees last write token"     "-*"        "$(run acquire $V o3 r 30000 0 600000)"
+check "renew by holder"                  "1"          "$(run renew $V o2 30000 600000)"
+check "renew by stranger"                "0"          "$(run renew $V o9 30000 600000)"
+run release $V o2 '' 0 600000 >/dev/null
+check "reader after writer: write token" "$tok2"    "$(run acquire $V o3 r 30000 0 600000)"
+run acquire $V o4 r 30000 0 600000 >/dev/null
+check "first upgrader waits"             "-*"        "$(run acquire $V o3 w 30000 2000 600000)"
+check "second upgrader: conflict"        "o3"      "$(run acquire $V o4 w 30000 2000 600000)"
+run release $V o3 '' 0 600000 >/dev/null; run release $V o4 '' 0 600000 >/dev/null
+check "short lease expires"              "[0-9]*"        "$(run acquire $V o5 w 500 0 600000)"
 sleep 0.7
-check "expired hold is lost"             "0"          "$(run renew 1 o5 30000 600000)"
-check "other writer after expiry"        "1 *"        "$(run acquire 1 o6 w 30000 0 600000)"
-run release 1 o6 '' 0 600000 >/dev/null
+check "expired hold is lost"             "0"          "$(run renew $V o5 30000 600000)"
+check "other writer after expiry"        "[0-9]*"        "$(run acquire $V o6 w 30000 0 600000)"
+run release $V o6 '' 0 600000 >/dev/null
 # readers who waited for a writer go before the next writer, for a turn
-run acquire 1 w1 w 30000 0 600000 >/dev/null
-check "reader waits for writer"          "0 *"        "$(run acquire 1 r1 r 30000 2000 600000)"
-check "next writer waits (intent)"       "0 *"        "$(run acquire 1 w2 w 30000 2000 600000)"
-check "writer leaves"                    "1"          "$(run release 1 w1 '' 0 600000)"
-check "turn: next writer still waits"    "0 *"        "$(run acquire 1 w2 w 30000 2000 600000)"
-check "turn: waiting reader passes intent" "1 *"      "$(run acquire 1 r1 r 30000 2000 600000)"
-check "turn: writer waits for reader"    "0 *"        "$(run acquire 1 w2 w 30000 2000 600000)"
-check "last reader leaves: turn over"    "1"          "$(run release 1 r1 '' 0 600000)"
-check "writer enters after the turn"     "1 *"        "$(run acquire 1 w2 w 30000 2000 600000)"
-check "a try (no wait) leaves no mark"   "0 *"        "$(run acquire 1 r2 r 30000 0 600000)"
-run release 1 w2 '' 0 600000 >/dev/null
-check "no reader waited: no turn"        "1 *"        "$(run acquire 1 w3 w 30000 0 600000)"
-check "reader waits again"               "0 *"        "$(run acquire 1 r2 r 30000 2000 600000)"
-run release 1 w3 '' 0 600000 >/dev/null
+run acquire $V w1 w 30000 0 600000 >/dev/null
+check "reader waits for writer"          "-*"        "$(run acquire $V r1 r 30000 2000 600000)"
+check "next writer waits (intent)"       "-*"        "$(run acquire $V w2 w 30000 2000 600000)"
+# (within the turn's 100 ms: one batch)
+got=$(batch "release w1 '' 0 600000" "acquire w2 w 30000 2000 600000" \
+            "acquire r1 r 30000 2000 600000" "acquire w2 w 30000 2000 600000" \
+            "release r1 '' 0 600000" "acquire w2 w 30000 2000 600000" | paste -sd'|')
+check "writer leaves; turn: the next writer waits, the waiting reader passes its intent, the writer waits for it; the reader leaves, turn over, the writer enters" \
+  "1|-*|[0-9]*|-*|1|[0-9]*" "$got"
+check "a try (no wait) leaves no mark"   "-*"        "$(run acquire $V r2 r 30000 0 600000)"
+run release $V w2 '' 0 600000 >/dev/null
+check "no reader waited: no turn"        "[0-9]*"        "$(run acquire $V w3 w 30000 0 600000)"
+check "reader waits again"               "-*"        "$(run acquire $V r2 r 30000 2000 600000)"
+run release $V w3 '' 0 600000 >/dev/null
 sleep 0.15
-check "a turn nobody uses runs out"      "1 *"        "$(run acquire 1 w4 w 30000 0 600000)"
-run release 1 w4 '' 0 600000 >/dev/null
+check "a turn nobody uses runs out"      "[0-9]*"        "$(run acquire $V w4 w 30000 0 600000)"
+run release $V w4 '' 0 600000 >/dev/null
 # a reader's mark goes when no writer holds or waits: no turn for nobody later
-run acquire 1 s1 r 30000 0 600000 >/dev/null
-check "writer waits for reader"          "0 *"        "$(run acquire 1 s2 w 30000 2000 600000)"
-check "new reader waits behind intent"   "0 *"        "$(run acquire 1 s3 r 30000 2000 600000)"
-check "writer gives up"                  "1"          "$(run release 1 s2 q 0 600000)"
+run acquire $V s1 r 30000 0 600000 >/dev/null
+check "writer waits for reader"          "-*"        "$(run acquire $V s2 w 30000 2000 600000)"
+check "new reader waits behind intent"   "-*"        "$(run acquire $V s3 r 30000 2000 600000)"
+check "writer gives up"                  "1"          "$(run release $V s2 q 0 600000)"
 check "the reader's mark goes with it"   ""           "$(redis-cli -p "$PORT" hget 'rw:{a}' rw)"
-check "the reader gets in"               "1 *"        "$(run acquire 1 s3 r 30000 2000 600000)"
-run release 1 s3 '' 0 600000 >/dev/null; run release 1 s1 '' 0 600000 >/dev/null
-run acquire 1 s4 w 30000 0 600000 >/dev/null; run release 1 s4 '' 0 600000 >/dev/null
-check "no turn after a lone writer"      "1 *"        "$(run acquire 1 s5 w 30000 0 600000)"
-run release 1 s5 '' 0 600000 >/dev/null
-run acquire 1 e1 w 500 0 600000 >/dev/null
-check "reader waits for a writer"        "0 *"        "$(run acquire 1 e2 r 30000 2000 600000)"
+check "the reader gets in"               "[0-9]*"        "$(run acquire $V s3 r 30000 2000 600000)"
+run release $V s3 '' 0 600000 >/dev/null; run release $V s1 '' 0 600000 >/dev/null
+run acquire $V s4 w 30000 0 600000 >/dev/null; run release $V s4 '' 0 600000 >/dev/null
+check "no turn after a lone writer"      "[0-9]*"        "$(run acquire $V s5 w 30000 0 600000)"
+run release $V s5 '' 0 600000 >/dev/null
+check "reader waits for a writer"        "[0-9]*|-*"    "$(batch "acquire e1 w 500 0 600000" "acquire e2 r 30000 2000 600000" | paste -sd'|')"
 sleep 0.6
-check "writer's lease ran out: reader in" "1 *"       "$(run acquire 1 e2 r 30000 2000 600000)"
+check "writer's lease ran out: reader in" "[0-9]*"       "$(run acquire $V e2 r 30000 2000 600000)"
 check "and its mark is gone"             ""           "$(redis-cli -p "$PORT" hget 'rw:{a}' rw)"
-run release 1 e2 '' 0 600000 >/dev/null
-run acquire 1 d1 w 30000 0 600000 >/dev/null
-redis-cli -p "$PORT" pexpire 'rw:{a}' 5000 >/dev/null   # as if renewed long ago
-check "downgrade with a long lease"      "1"          "$(run release 1 d1 r 90000 1000)"
+run release $V e2 '' 0 600000 >/dev/null
+run acquire $V d1 w 30000 0 600000 >/dev/null
+redis-cli -p "$PORT" pexpire 'rw:{a}' 5000 >/dev/null   # as if renewed long ago:
+redis-cli -p "$PORT" hset 'rw:{a}' x "$(( $(redis-cli -p "$PORT" time | head -1) * 1000 + 5000 ))" >/dev/null
+check "downgrade with a long lease"      "1"          "$(run release $V d1 r 90000 1000)"
 check "hash outlives the kept read lock" "yes"        "$([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 90000 ] && echo yes || echo no)"
-run release 1 d1 '' 0 600000 >/dev/null
-redis-cli -p "$PORT" hset 'rw:{a}' v 2 >/dev/null
-check "protocol version mismatch"        "*RWLOCK_VERSION*" "$(run acquire 1 o7 w 30000 0 600000 2>&1)"
+run release $V d1 '' 0 600000 >/dev/null
+
+# ---- hand-offs: who is told, and only when someone may proceed ----
+redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+redis-cli -p "$PORT" config resetstat >/dev/null
+listen
+run acquire $V n1 w 30000 2000 600000 >/dev/null; run release $V n1 '' 0 600000 >/dev/null
+run acquire $V n1 r 30000 2000 600000 >/dev/null; run acquire $V n2 r 30000 2000 600000 >/dev/null
+run release $V n1 '' 0 600000 >/dev/null; run release $V n2 '' 0 600000 >/dev/null
+run acquire $V n1 w 30000 2000 600000 >/dev/null; run release $V n1 r 30000 600000 >/dev/null
+run renew $V n1 30000 600000 >/dev/null; run release $V n1 '' 0 600000 >/dev/null
+check "no publish without a waiter"      ""           "$(heard)"
+check "  (PUBLISH never ran)"            ""           "$(publishes)"
+# three writers queue behind a holder: a release names the first only
+listen
+run acquire $V h0 w 30000 0 600000 >/dev/null
+check "writer 1 queues"                  "-*"        "$(run acquire $V h1 w 30000 2000 600000)"
+check "writer 2 queues"                  "-*"        "$(run acquire $V h2 w 30000 2000 600000)"
+check "writer 3 queues"                  "-*"        "$(run acquire $V h3 w 30000 2000 600000)"
+check "info: waiting writers in order"   "write * h0 * h1 * h2 * h3 *" "$(run info $V)"
+check "a busy writer is told nothing"    ""           "$(heard)"
+listen
+run release $V h0 '' 0 600000 >/dev/null
+check "a hand-off names the first writer only" "w:h1" "$(heard)"
+check "the second cannot jump the queue" "-*"        "$(run acquire $V h2 w 30000 2000 600000)"
+check "a writer that never waited neither" "-*"      "$(run acquire $V h9 w 30000 0 600000)"
+check "a new reader waits behind them"   "-*"        "$(run acquire $V h8 r 30000 0 600000)"
+t1=$(run acquire $V h1 w 30000 2000 600000)
+check "the named writer gets it"         "yes"        "$([ "$t1" -gt "$tok2" ] && echo yes || echo "no $t1")"
+check "the token is stored exactly"      "$t1"        "$(redis-cli -p "$PORT" hget 'rw:{a}' f)"
+# the named writer gives up before taking it: the next one is told at once
+listen
+run release $V h1 '' 0 600000 >/dev/null
+run release $V h2 q 0 600000 >/dev/null
+check "named writer cancelled: next told" "w:h2 w:h3"  "$(heard)"
+t3=$(run acquire $V h3 w 30000 2000 600000)
+check "and it gets the lock"             "yes"        "$([ "$t3" -gt "$t1" ] && echo yes || echo "no $t3")"
+check "the queue is gone with its last writer" "0"    "$(redis-cli -p "$PORT" exists 'rw:{a}:q')"
+# waiting readers are let through together; the next writer learns of their turn
+listen
+check "reader 1 waits"                   "-*"        "$(run acquire $V g1 r 30000 2000 600000)"
+check "reader 2 waits"                   "-*"        "$(run acquire $V g2 r 30000 2000 600000)"
+check "writer waits"                     "-*"        "$(run acquire $V g3 w 30000 2000 600000)"
+got=$(batch "release h3 '' 0 600000" "acquire g1 r 30000 2000 600000" \
+            "acquire g2 r 30000 2000 600000" "acquire g3 w 30000 2000 600000" | paste -sd'|')
+check "in the readers' turn: both readers in, the writer waits" "1|$t3|$t3|-*" "$got"
+check "readers told together, writer told of their turn" "r w:g3" "$(heard)"
+listen
+run release $V g1 '' 0 600000 >/dev/null
+check "a reader leaves, one stays: nobody told" ""    "$(heard)"
+listen
+run release $V g2 '' 0 600000 >/dev/null
+check "the last reader leaves: writer told" "w:g3"    "$(heard)"
+check "writer in"                        "[0-9]*"        "$(run acquire $V g3 w 30000 2000 600000)"
+run release $V g3 '' 0 600000 >/dev/null
+# a reader waiting to upgrade is told when it is the only reader left
+run acquire $V k1 r 30000 0 600000 >/dev/null; run acquire $V k2 r 30000 0 600000 >/dev/null
+check "upgrader waits for the other reader" "-*"     "$(run acquire $V k1 w 30000 2000 600000)"
+check "a writer queues behind the upgrader" "-*"     "$(run acquire $V k3 w 30000 2000 600000)"
+listen
+run release $V k2 '' 0 600000 >/dev/null
+check "the other reader leaves: upgrader told" "w:k1" "$(heard)"
+check "upgrader in"                      "[0-9]*"        "$(run acquire $V k1 w 30000 2000 600000)"
+listen
+run release $V k1 '' 0 600000 >/dev/null
+check "then the writer"                  "w:k3"       "$(heard)"
+run release $V k3 q 0 600000 >/dev/null
+# a named writer that dies: the next one gets in once its intent lapses
+run acquire $V d0 w 30000 0 600000 >/dev/null
+listen
+run acquire $V d1 w 30000 1000 600000 >/dev/null      # a short intent, to test quickly
+check "second writer waits"              "-*"        "$(run acquire $V d2 w 30000 2000 600000)"
+run release $V d0 '' 0 600000 >/dev/null
+hint=$(run acquire $V d2 w 30000 2000 600000)
+check "the next is told to wait no longer than its intent" "yes" "$([ "$hint" -ge -1000 ] && [ "$hint" -lt 0 ] && echo yes || echo "no $hint")"
+check "the dead writer is named"         "w:d1"       "$(heard)"
+sleep 1
+check "its intent lapsed: the next gets in" "[0-9]*"     "$(run acquire $V d2 w 30000 2000 600000)"
+check "info: nobody waits"               "write * d2 * " "$(run info $V) "
+run release $V d2 '' 0 600000 >/dev/null
+# readers whose leases ran out are noticed without a scan on every call
+run acquire $V x1 r 300 0 600000 >/dev/null; run acquire $V x2 r 30000 0 600000 >/dev/null
+check "writer waits for two readers"     "-*"        "$(run acquire $V x3 w 30000 0 600000)"
+run release $V x2 '' 0 600000 >/dev/null
+sleep 0.35
+check "the other reader's lease ran out" "[0-9]*"        "$(run acquire $V x3 w 30000 0 600000)"
+check "its field is gone"                "0"          "$(redis-cli -p "$PORT" hexists 'rw:{a}' 'r:x1')"
+run release $V x3 '' 0 600000 >/dev/null
+# ---- leases, TTLs and tokens ----
+redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+ta=$(run acquire $V l1 w 5000 0 600000)
+pttl() { redis-cli -p "$PORT" pttl 'rw:{a}'; }
+check "a writer's lease is the hash's TTL" "yes"      "$(p=$(pttl); [ "$p" -le 5000 ] && [ "$p" -gt 4000 ] && echo yes || echo "no $p")"
+check "renewal sets it again"            "1"          "$(run renew $V l1 8000 600000)"
+check "  to the new lease"               "yes"        "$(p=$(pttl); [ "$p" -le 8000 ] && [ "$p" -gt 7000 ] && echo yes || echo "no $p")"
+check "a waiting reader does not extend it" "-*"      "$(run acquire $V l2 r 30000 2000 600000)"
+check "  (still the writer's lease)"     "yes"        "$(p=$(pttl); [ "$p" -le 8000 ] && echo yes || echo "no $p")"
+check "info: writer's lease left"        "write $ta l1 [0-9]*"  "$(run info $V)"
+run release $V l1 '' 0 600000 >/dev/null
+check "released: the token stays for keep" "yes"      "$(p=$(pttl); [ "$p" -gt 590000 ] && echo yes || echo "no $p")"
+sleep 0.15                                            # the turn l2's mark started
+tb=$(run acquire $V l3 w 30000 0 600000)
+check "the next token counts on"         "$((ta + 1))" "$tb"
+run release $V l3 '' 0 600000 >/dev/null
+run acquire $V l4 w 300 0 600000 >/dev/null
+sleep 0.4
+check "a writer's lapsed lease: release says lost" "0" "$(run release $V l4 '' 0 600000)"
+tc=$(run acquire $V l5 w 30000 0 600000)
+check "the token after the hash is gone comes from the clock" "yes" "$([ "$tc" -gt "$tb" ] && echo yes || echo "no $tb $tc")"
+run release $V l5 '' 0 600000 >/dev/null
+run acquire $V l6 r 300 0 600000 >/dev/null
+sleep 0.4
+check "a reader's lapsed lease: release says lost" "0" "$(run release $V l6 '' 0 600000)"
+redis-cli -p "$PORT" hset 'rw:{a}' v 1 >/dev/null
+check "protocol version mismatch"        "*RWLOCK_VERSION*is protocol 1*speaks 2*" "$(run acquire $V o7 w 30000 0 600000 2>&1)"
 
 echo "protocol: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,5 +1,5 @@
 """rwlock_client: distributed read/write locks in Redis, compatible with the
-rwlock PostgreSQL extension (protocol version 1, docs/protocol.md).
+rwlock PostgreSQL extension (protocol version 2, docs/protocol.md).
 
     import redis
     from rwlock_client import Client
@@ -41,7 +41,7 @@ __all__ = [
 
 # The protocol this client speaks; sent as ARGV[1] of every script and checked
 # against the header ("-- rwlock protocol N: ...") of each script loaded.
-PROTOCOL_VERSION = "1"
+PROTOCOL_VERSION = "2"
 
 INTENT_MS = 2000          # lease of a waiting caller's mark (as the SQL side)
 KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
@@ -79,9 +79,11 @@ def encode_name(name):
 
 
 def lock_keys(prefix, name):
-    """(hash, readers, intents, channel) of lock `name` under `prefix`."""
+    """(hash, queue, channel) of lock `name` under `prefix`: the scripts take
+    the first two as KEYS. Waiting readers are woken on the channel, a
+    waiting writer on its own, channel + ":" + its owner id."""
     base = "%s:{%s}" % (prefix, encode_name(name))
-    return base, base + ":r", base + ":q", base + ":c"
+    return base, base + ":q", base + ":c"
 
 
 def default_lua_dir():
@@ -166,7 +168,7 @@ class Client:
     # -- the protocol's calls -------------------------------------------------
 
     def _run(self, script, name, args):
-        keys = lock_keys(self.prefix, name)[:3]
+        keys = lock_keys(self.prefix, name)[:2]
         try:
             return self._scripts[script](keys=keys, args=args)
         except redis.exceptions.ResponseError as e:
@@ -178,9 +180,14 @@ class Client:
             raise
 
     def _acquire(self, name, owner, mode, lease_ms, intent_ms):
-        status, value = self._run("acquire", name, [
+        """(1, token) granted; (0, ms) busy, sleep at most ms; (-1, other)
+        upgrade conflict. The script answers the token (>= 0), -ms, or other."""
+        r = self._run("acquire", name, [
             PROTOCOL_VERSION, owner, mode, lease_ms, intent_ms, KEEP_TOKEN_MS])
-        return int(status), value
+        if isinstance(r, bytes):
+            return -1, r
+        r = int(r)
+        return (1, r) if r >= 0 else (0, -r)
 
     def _release(self, name, owner, keep, lease_ms=0):
         return int(self._run("release", name, [
@@ -247,7 +254,7 @@ class Lock:
         self.on_lost = on_lost              # called as on_lost(lock), renewal thread
         self.owner = client.new_owner()
         self.token = None
-        self._channel = lock_keys(client.prefix, name)[3]
+        self._channel = lock_keys(client.prefix, name)[2]
         self._held = False
         self._lost = False
         self._valid_until = 0.0             # monotonic; lease end as we know it
@@ -305,6 +312,8 @@ class Lock:
         # current writer. It lasts INTENT_MS and is renewed at each try.
         intent = INTENT_MS if timeout is None or timeout > 0 else 0
         withdraw = intent and mode == "w"
+        # Readers are woken on the lock's channel, a writer on its own.
+        channel = self._channel if mode == "r" else "%s:%s" % (self._channel, self.owner)
         ps = None
         done = False
         try:
@@ -329,7 +338,7 @@ class Lock:
                 if ps is None:
                     # Listen first, then try again before any sleep, so a
                     # release published in between cannot be missed.
-                    ps = c._subscribe(self._channel)
+                    ps = c._subscribe(channel)
                     if ps is not None:
                         continue
                 wait_ms = int(value)                    # never past the hint
@@ -342,7 +351,7 @@ class Lock:
                     time.sleep(min(wait, 0.05))         # no subscription: poll
                     continue
                 try:
-                    _wait_message(ps, self._channel, wait)
+                    _wait_message(ps, channel, wait)
                 except redis.exceptions.RedisError:
                     ps.close()
                     ps = None

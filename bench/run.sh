@@ -18,6 +18,7 @@
 #                  writes bench/profile.txt); only: the profile, no measurements
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tools/redis.sh
 ROOT=$(pwd)
 BENCH=$ROOT/bench
 T=${BENCH_SECONDS:-2}
@@ -73,10 +74,7 @@ cleanup() {
 trap cleanup EXIT
 
 log "== starting Redis on 127.0.0.1:$RPORT"
-redis-server --port "$RPORT" --bind 127.0.0.1 --unixsocket "$WORK/redis.sock" --unixsocketperm 777 \
-  --save '' --appendonly no --dir "$WORK" \
-  --daemonize yes --pidfile "$WORK/redis.pid" --logfile "$WORK/redis.log" >/dev/null
-for _ in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+redis_start "$RPORT" "$WORK" --unixsocket "$WORK/redis.sock" --unixsocketperm 777
 
 log "== starting PostgreSQL on port $PGPORT (socket in $WORK)"
 mkdir -p "$PGDATA"

@@ -16,7 +16,6 @@ measured hand-off latencies; exits non-zero on a failure.
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import redis
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 import rwlock_client as rw  # noqa: E402
+from rwtest import RedisServer  # noqa: E402
 
 ROUNDS = int(os.environ.get("RWLOCK_CROSS_ROUNDS", "50"))
 HANDOFF_P50_MAX_MS = 5.0
@@ -45,48 +45,6 @@ def check(what, ok, detail=""):
     else:
         failed += 1
         print("FAIL %s %s" % (what, detail))
-
-
-def free_port():
-    wanted = os.environ.get("RWLOCK_CROSS_REDIS_PORT")
-    if wanted:
-        return int(wanted)
-    for port in (6392, 0):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            return s.getsockname()[1]
-        except OSError:
-            continue
-        finally:
-            s.close()
-
-
-class RedisServer:
-    def __init__(self):
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="rwlock-cross-")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = "redis://127.0.0.1:%d/0" % self.port
-        r = redis.Redis(port=self.port)
-        for _ in range(100):
-            try:
-                if r.ping():
-                    return
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server on port %d did not start" % self.port)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def sql_session(url):
@@ -135,7 +93,7 @@ class Bg(threading.Thread):
 
 
 def main():
-    srv = RedisServer()
+    srv = RedisServer(6392, prefix="rwlock-cross-")
     try:
         run(srv)
     finally:

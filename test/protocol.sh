@@ -5,11 +5,10 @@
 set -u
 cd "$(dirname "$0")/.."
 PORT=${RWLOCK_TEST_REDIS_PORT:-6391}
+. tools/redis.sh
 DIR=$(mktemp -d)
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
-  --dir "$DIR" --daemonize yes --pidfile "$DIR/redis.pid" >/dev/null
-trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1; rm -rf "$DIR"' EXIT
-for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+trap 'redis_stop "$PORT"; rm -rf "$DIR"' EXIT
+redis_start "$PORT" "$DIR" || exit 1
 
 pass=0 fail=0
 K='rw:{a} rw:{a}:q'

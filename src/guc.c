@@ -49,12 +49,6 @@ static const struct config_enum_entry tls_verify_options[] = {
 	{NULL, 0, false}
 };
 
-const char *
-rw_tls_verify_name(RwTlsVerify v)
-{
-	return v == RW_TLS_VERIFY_CA ? "ca" : v == RW_TLS_VERIFY_NONE ? "none" : "full";
-}
-
 static bool
 check_redis_url(char **newval, void **extra, GucSource source)
 {

@@ -213,6 +213,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		}
 		/* Granted: from here to the record, nothing may throw. */
 		rw_holds_granted(h, want, tok);
+		rw_renew_scheduled(h->renewed_ms, h->lease_ms);
 	}
 	held_push(h, mode, level);
 	rw_holds_publish_modes(h);

@@ -185,7 +185,7 @@ rw_wanted_mode(RwHeld *h)
 /*
  * Record a grant by Redis: the mode Redis now has, the token, a fresh lease,
  * and the keeper's copy. Allocates nothing and never throws; a full keeper
- * table is noted for later.
+ * table is noted for later. (The caller schedules the lease's renewal.)
  */
 void
 rw_holds_granted(RwHeld *h, RwMode mode, int64 token)
@@ -202,7 +202,6 @@ rw_holds_granted(RwHeld *h, RwMode mode, int64 token)
 	h->slot = rw_keeper_publish(h->slot, h->name, h->node->ep.url,
 								h->keys.key[0], rw_owner_id(), h->token,
 								h->acquired, h->renewed_ms, h->lease_ms, &full);
-	rw_renew_scheduled(h->renewed_ms, h->lease_ms);
 	if (full)
 		rw_note_warning(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
 						"the table of Redis lock holds is full",

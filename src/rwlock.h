@@ -4,9 +4,11 @@
  *	  Declarations shared by the files of the rwlock extension: distributed
  *	  read/write locks held in Redis, taken and released from SQL.
  *
- * The files, top to bottom; each uses only files below it:
+ * The files, top to bottom; each calls only files below it (every file
+ * reads the settings' variables of guc.c):
  *	  functions.c  every SQL entry point, argument checks, _PG_init
- *	  introspect.c redis_lock_info, redis_connection_info
+ *	  introspect.c the SQL entry points that ask Redis: redis_lock_info,
+ *	               redis_connection_info (with functions.c's rw_name_arg)
  *	  held.c       lock and unlock, stacking, transaction, subtransaction,
  *	               DISCARD ALL and exit callbacks
  *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancel
@@ -19,14 +21,15 @@
  *	  keeper.c     the background worker and its shared table; redis_locks
  *	  protocol.c   one C function per Lua script
  *	  scripts.c    the embedded scripts (lua_scripts.c) and EVALSHA/EVAL
- *	  url.c        parsing rwlock.redis_url, a node's spec, the password
- *	               file
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
  *	               latch, deadlines, interrupts
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
  *	               reads and writes, what a failure means
  *	  guc.c        the rwlock.* settings; settings refused when the library
  *	               loaded
+ *	  url.c        parsing rwlock.redis_url, a node's spec, the password
+ *	               file (guc.c validates with it, redis_conn.c
+ *	               authenticates with it)
  *
  *-------------------------------------------------------------------------
  */
@@ -119,7 +122,6 @@ extern char *rw_tls_key_file;
 extern uint64 rw_conn_settings_gen;
 extern void rw_define_gucs(void);
 extern void rw_check_settings(void);
-extern const char *rw_tls_verify_name(RwTlsVerify v);
 
 /* ---- url.c ---- */
 
@@ -146,6 +148,7 @@ typedef struct RwEndpoint
 } RwEndpoint;
 
 extern bool rw_parse_url(const char *spec, RwEndpoint *ep, char **why);
+extern const char *rw_tls_verify_name(RwTlsVerify v);
 extern bool rw_check_url(const char *url, char **why);
 extern char *rw_current_spec(void);
 extern bool rw_password_lookup(const RwEndpoint *ep, char **user,

@@ -224,6 +224,13 @@ spec_field(const char *s, int len)
 	return len > 0 ? pnstrdup(s, len) : NULL;
 }
 
+/* The name of a rwlock.tls_verify value, as in a node's spec. */
+const char *
+rw_tls_verify_name(RwTlsVerify v)
+{
+	return v == RW_TLS_VERIFY_CA ? "ca" : v == RW_TLS_VERIFY_NONE ? "none" : "full";
+}
+
 /*
  * Parse a node's spec (or a bare URL) into *ep (strings palloc'd in the
  * current context). On failure returns false and points *why at a sentence

@@ -881,44 +881,6 @@ rw_flush(RwConn *conn, int64 deadline, RwError *err)
 	return ok;
 }
 
-static bool
-conn_owes(RwConn *conn, void *tag)
-{
-	for (int i = 0; i < conn->nowed; i++)
-		if (conn->owed[i] == tag)
-			return true;
-	return false;
-}
-
-/*
- * Wait until the reply to the command sent with `tag` has been read (it is
- * then among the late replies), or the connection failed (then it is there
- * with no reply). False, with *err, only if the wait itself failed.
- */
-bool
-rw_await_tag(RwConn *conn, void *tag, int64 deadline, RwError *err)
-{
-	int			none = 0;
-
-	err->kind = RW_OK;
-	deadline = Min(deadline, conn_cap);
-	if (conn->ctx != NULL && sdslen(conn->ctx->obuf) > 0 &&
-		!rw_flush(conn, deadline, err))
-		return false;
-	while (conn->ctx != NULL && conn_owes(conn, tag))
-	{
-		int			ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_READABLE),
-									  deadline, false);
-
-		if (ready <= 0)
-			return conn_wait_failed(conn, ready, "rwlock.command_timeout",
-									rw_command_timeout_ms, err);
-		if (!conn_read(conn, 0, NULL, &none, err))
-			return true;		/* closed: the tag is late, unanswered */
-	}
-	return true;
-}
-
 /*
  * Hand over the replies to tagged commands read so far, oldest first (a
  * NULL reply: the connection closed before it came); the caller frees them

@@ -12,13 +12,15 @@
  *	  unsent to send again: the connection failed before the answer came
  *			 (the release may or may not have run), or could not be opened.
  *
- * The rule that keeps a lock from ever being held twice: before a name is
- * acquired again on a node, every release owed for that name there has been
- * answered (rw_release_settle_name). A release cannot be applied to a hold
- * taken after it, because none is taken while it is owed; if it cannot be
- * completed, the acquisition fails and grants nothing. Running a release
- * twice is harmless: release.lua only removes what the owner holds and
- * never creates a hold.
+ * The rule that keeps a lock from ever being held twice: every release owed
+ * for a name on a node runs before the name is acquired again there
+ * (rw_release_settle_name). The releases go ahead of the acquisition on the
+ * same connection, which Redis serves in order, so a release can never be
+ * applied to a hold taken after it; if there is no connection to send them
+ * on, the acquisition fails and grants nothing. A release whose fate is
+ * unknown (its connection failed before the answer) is sent again, ahead of
+ * the next acquisition of its name: running a release twice is harmless, as
+ * release.lua only removes what the owner holds and never creates a hold.
  *
  * Releases whose answer nobody waits for (at transaction end, at exit, by
  * redis_unlock_all and DISCARD ALL) are sent as EVAL, with the script's body
@@ -165,8 +167,12 @@ release_answered(RwOwed *rec, redisReply *reply)
 
 	if (reply == NULL)
 	{
-		/* The connection closed first: it may or may not have run. */
+		/*
+		 * The connection closed first: it may or may not have run. Sent again,
+		 * it may find the lock released by its first run: not a loss.
+		 */
 		rec->sent = false;
+		rec->warn_if_lost = false;
 		return;
 	}
 	held = rw_proto_release_result(reply, &err);
@@ -306,54 +312,38 @@ rw_release_send_owed(RwNode *node)
 }
 
 /*
- * Complete every release owed for `name` on `node`: wait for the answers of
- * those sent, and send again, waiting for the answer, those that need it.
- * False, with *err, if one cannot be completed now: then the name must not
- * be taken on this node. Never throws.
+ * Make every release owed for `name` on `node` run before whatever this
+ * session sends next on the node's command connection: those sent are on
+ * that connection already, and those to send again are queued on it now,
+ * ahead of the caller's command (an acquisition, or a release). Redis runs
+ * one connection's commands in order, so it applies the releases first,
+ * without the caller waiting for their answers. Should the connection fail
+ * before the caller's command is answered, that command fails with it (and
+ * owes what it may have done), and the releases are owed again. False, with
+ * *err, if there is no connection to queue them on: then the name must not
+ * be taken on this node. Never throws, never waits for an answer.
  */
 bool
 rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 {
-	RwOwed	   *rec;
+	bool		any = false;
 
 	err->kind = RW_OK;
 	if (node->nowed == 0)
 		return true;
+	/* Answers that arrived; a closed connection's records become unsent. */
 	release_read_node(node);
-	for (;;)
-	{
-		int64		deadline = rw_now_ms() + rw_command_timeout_ms;
-
-		for (rec = owed_head; rec != NULL; rec = rec->next)
-			if (rec->node == node && strcmp(rec->name, name) == 0)
-				break;
-		if (rec == NULL)
-			return true;
-		if (rec->sent)
-		{
-			if (!rw_await_tag(&node->cmd, rec, deadline, err))
-			{
-				release_read_node(node);
-				return false;
-			}
-			release_read_node(node);
-			continue;
-		}
-		else
-		{
-			int			held = rw_proto_release(&node->cmd, &rec->keys, rec->keep,
-												rec->lease_ms, err);
-
-			if (held < 0 && err->kind != RW_ERR_REPLY)
-				return false;
-			if (held < 0)
-			{
-				rw_note_release_failed(rec->name, err);
-				err->kind = RW_OK;
-			}
-			release_drop(rec);
-		}
-	}
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && strcmp(rec->name, name) == 0)
+			any = true;
+	if (!any)
+		return true;
+	if (!rw_conn_ensure(&node->cmd, err))
+		return false;
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && !rec->sent)
+			release_append(rec);
+	return true;
 }
 
 /*

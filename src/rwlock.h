@@ -222,7 +222,6 @@ extern void rw_append(RwConn *conn, int argc, const char **argv,
 extern bool rw_exchange(RwConn *conn, int nreplies, redisReply **replies,
 						RwError *err);
 extern bool rw_flush(RwConn *conn, int64 deadline, RwError *err);
-extern bool rw_await_tag(RwConn *conn, void *tag, int64 deadline, RwError *err);
 extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);

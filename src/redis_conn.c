@@ -313,15 +313,18 @@ conn_handshake_error(redisReply *r, const char *command, RwError *err)
 /*
  * AUTH and SELECT as the URL asks, and a client name for CLIENT LIST. A
  * Redis that wants a password we did not give refuses CLIENT SETNAME with
- * NOAUTH; another refusal of it (an ACL) is ignored.
+ * NOAUTH; another refusal of it (an ACL) is ignored. For a Sentinel-named
+ * master, ROLE too, in the same round trip: a sentinel may name a server
+ * that is no longer (or not yet) the master. A sentinel without a password
+ * ignores one that a catch-all line of the password file gave.
  */
 static bool
 conn_handshake(RwConn *conn, const char *user, const char *password,
 			   int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
-	const char *commands[3];
-	redisReply *replies[3];
+	const char *commands[4];
+	redisReply *replies[4];
 	char		dbbuf[16];
 	char		namebuf[64];
 	int			n = 0;
@@ -346,9 +349,17 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 		const char *argv[3] = {"CLIENT", "SETNAME", namebuf};
 
 		snprintf(namebuf, sizeof(namebuf), "rwlock:pg:%d%s", MyProcPid,
+				 ep->is_sentinel ? ":sentinel" :
 				 conn->is_subscriber ? ":sub" : "");
 		rw_append(conn, 3, argv, NULL, NULL);
 		commands[n++] = "CLIENT SETNAME";
+	}
+	if (ep->sentinel)
+	{
+		const char *argv[1] = {"ROLE"};
+
+		rw_append(conn, 1, argv, NULL, NULL);
+		commands[n++] = "ROLE";
 	}
 	if (!conn_exchange(conn, n, replies, deadline, "rwlock.connect_timeout",
 					   rw_connect_timeout_ms, err))
@@ -357,9 +368,29 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 	{
 		redisReply *r = replies[i];
 
-		if (ok && r->type == REDIS_REPLY_ERROR &&
-			(i < n - 1 || strncmp(r->str, "NOAUTH", 6) == 0))
+		if (!ok)
+			;
+		else if (r->type == REDIS_REPLY_ERROR && ep->is_sentinel &&
+				 strcmp(commands[i], "AUTH") == 0 &&
+				 strstr(r->str, "without any password configured") != NULL)
+			;
+		else if (r->type == REDIS_REPLY_ERROR &&
+				 (strcmp(commands[i], "CLIENT SETNAME") != 0 ||
+				  strncmp(r->str, "NOAUTH", 6) == 0))
 			ok = conn_handshake_error(r, commands[i], err);
+		else if (strcmp(commands[i], "ROLE") == 0 &&
+				 !(r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+				   r->element[0]->type == REDIS_REPLY_STRING &&
+				   strcmp(r->element[0]->str, "master") == 0))
+		{
+			set_error(err, RW_ERR_CONNECT,
+					  "the server the sentinels named for \"%s\" is not its master (ROLE: %s)",
+					  ep->master_name,
+					  r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+					  r->element[0]->type == REDIS_REPLY_STRING ?
+					  r->element[0]->str : "?");
+			ok = false;
+		}
 		freeReplyObject(r);
 	}
 	if (!ok)
@@ -527,15 +558,14 @@ conn_tls_handshake(RwConn *conn, int64 deadline, RwError *err)
 }
 
 /*
- * Connect: the socket, TLS for rediss://, then AUTH (the URL's password or
- * the password file's), SELECT and CLIENT SETNAME, all within one
- * rwlock.connect_timeout.
+ * Connect to one address: the socket, TLS for rediss://, then AUTH (the
+ * URL's password or the password file's), SELECT and CLIENT SETNAME (and
+ * ROLE for a Sentinel-named master), all before the deadline.
  */
 static bool
-conn_connect(RwConn *conn, RwError *err)
+conn_connect_once(RwConn *conn, int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
-	int64		deadline = conn_deadline(rw_connect_timeout_ms);
 	char	   *user;
 	char	   *password;
 	bool		ok;
@@ -565,6 +595,83 @@ conn_connect(RwConn *conn, RwError *err)
 					sizeof(err->msg));
 	}
 	return ok;
+}
+
+/* A short pause through the latch; false if an interrupt wants it cut short. */
+static bool
+conn_pause(long ms)
+{
+	int			rc;
+
+	if (conn_interrupt_wanted())
+		return false;
+	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
+				   ms, PG_WAIT_EXTENSION);
+	if (rc & WL_LATCH_SET)
+		ResetLatch(MyLatch);
+	if ((rc & WL_POSTMASTER_DEATH) && !proc_exit_inprogress)
+		proc_exit(1);
+	return !conn_interrupt_wanted();
+}
+
+#define CONN_SENTINEL_RETRY_MS 100
+
+/*
+ * Connect before the deadline. A Sentinel-monitored node is one attempt to
+ * reach its master: ask the sentinels (sentinel.c), connect to the address
+ * they give and check ROLE; if it is not the master, or cannot be reached
+ * (a failover under way: the sentinels still name the dead master), start
+ * over after a short pause, until the deadline. Once connected at a new
+ * address, the node's other connection, if still on the old one, is closed
+ * (the subscriber would otherwise wait on a demoted master forever).
+ */
+static bool
+conn_connect(RwConn *conn, int64 deadline, RwError *err)
+{
+	RwEndpoint *ep = &conn->node->ep;
+
+	if (!ep->sentinel)
+		return conn_connect_once(conn, deadline, err);
+	for (;;)
+	{
+		RwNode	   *node = conn->node;
+
+		if (rw_sentinel_resolve(ep, deadline, err) &&
+			conn_connect_once(conn, deadline, err))
+		{
+			RwConn	   *other = conn == &node->cmd ? &node->sub : &node->cmd;
+
+			conn->addr_gen = ep->addr_gen;
+			if (other->node == node && other->ctx != NULL &&
+				other->addr_gen != ep->addr_gen)
+				rw_conn_close(other);
+			return true;
+		}
+		if (err->kind == RW_ERR_INTERRUPTED || err->kind == RW_ERR_AUTH ||
+			rw_now_ms() + CONN_SENTINEL_RETRY_MS >= deadline)
+			return false;
+		/* The sentinel that answered may be stale, or lie: ask the next. */
+		ep->sentinel_last = (ep->sentinel_last + 1) % ep->nsentinels;
+		if (!conn_pause(CONN_SENTINEL_RETRY_MS))
+		{
+			set_error(err, RW_ERR_INTERRUPTED, "interrupted while connecting");
+			return false;
+		}
+	}
+}
+
+/*
+ * Connect now, before the deadline, whatever happened earlier in this call
+ * (sentinel.c, for a connection to one sentinel). Never throws.
+ */
+bool
+rw_conn_open(RwConn *conn, int64 deadline, RwError *err)
+{
+	err->kind = RW_OK;
+	err->maybe_sent = false;
+	if (conn->ctx != NULL)
+		return true;
+	return conn_connect(conn, Min(deadline, conn_cap), err);
 }
 
 /*
@@ -609,6 +716,27 @@ rw_conn_ensure(RwConn *conn, RwError *err)
 	if (conn->ctx != NULL && !conn->is_subscriber && conn->nowed == 0 &&
 		sdslen(conn->ctx->obuf) == 0 && conn_went_away(conn))
 		rw_conn_close(conn);
+	/* Ask the sentinels again now and then; follow the master if it moved. */
+	if (conn->ctx != NULL && conn->node->ep.sentinel &&
+		rw_now_ms() - conn->node->ep.resolved_ms > RW_SENTINEL_RECHECK_MS &&
+		conn->failed_call != conn_call_id)
+	{
+		RwError		check;
+
+		if (!rw_sentinel_resolve(&conn->node->ep,
+								 conn_deadline(rw_connect_timeout_ms), &check) &&
+			check.kind == RW_ERR_INTERRUPTED)
+		{
+			*err = check;
+			return false;
+		}
+		/* Not asked again before the next period, answered or not. */
+		conn->node->ep.resolved_ms = rw_now_ms();
+	}
+	/* The master moved since this connection was made: follow it. */
+	if (conn->ctx != NULL && conn->node->ep.sentinel &&
+		conn->addr_gen != conn->node->ep.addr_gen && conn->nowed == 0)
+		rw_conn_close(conn);
 	if (conn->ctx != NULL)
 		return true;
 	if (conn->failed_call == conn_call_id)
@@ -616,7 +744,7 @@ rw_conn_ensure(RwConn *conn, RwError *err)
 		*err = conn->failed_err;
 		return false;
 	}
-	if (conn_connect(conn, err))
+	if (conn_connect(conn, conn_deadline(rw_connect_timeout_ms), err))
 		return true;
 	conn->failed_call = conn_call_id;
 	conn->failed_err = *err;
@@ -652,6 +780,26 @@ rw_append(RwConn *conn, int argc, const char **argv, const size_t *lens,
 }
 
 /*
+ * An error reply that means the server is not (or no longer) a master that
+ * may take writes: a replica (READONLY), a replica cut off from its master
+ * (MASTERDOWN), a master short of replicas (NOREPLICAS, min-replicas-to-
+ * write). On a Sentinel-named node the connection is then closed and the
+ * next connection asks the sentinels again. Script errors carry the
+ * command's error after "ERR ... script:" in older servers, so the code is
+ * looked for at the start only.
+ */
+static bool
+conn_not_master_reply(void *reply)
+{
+	redisReply *r = reply;
+
+	return r->type == REDIS_REPLY_ERROR &&
+		(strncmp(r->str, "READONLY", 8) == 0 ||
+		 strncmp(r->str, "MASTERDOWN", 10) == 0 ||
+		 strncmp(r->str, "NOREPLICAS", 10) == 0);
+}
+
+/*
  * Move whole replies out of hiredis's reader: those owed to tagged commands
  * first (kept as late), then up to nreplies of ours.
  */
@@ -667,6 +815,18 @@ conn_take_replies(RwConn *conn, int nreplies, redisReply **replies,
 			return conn_fail(conn, err, RW_ERR_LOST, conn->ctx->errstr);
 		if (reply == NULL)
 			break;
+		if (conn->node->ep.sentinel && conn_not_master_reply(reply))
+		{
+			char		msg[sizeof(err->msg)];
+
+			snprintf(msg, sizeof(msg),
+					 "the server is no longer the master of \"%s\" (%.120s); the command did not run, the next call asks the sentinels again",
+					 conn->node->ep.master_name, ((redisReply *) reply)->str);
+			freeReplyObject(reply);
+			conn_fail(conn, err, RW_ERR_LOST, msg);
+			err->maybe_sent = false;
+			return false;
+		}
 		if (conn->nowed > 0)
 			conn_owed_answered(conn, reply);
 		else
@@ -857,6 +1017,17 @@ rw_exchange(RwConn *conn, int nreplies, redisReply **replies, RwError *err)
 	if (ok)
 		conn->last_rtt_ms = INSTR_TIME_GET_MILLISEC(t1);
 	return ok;
+}
+
+/* As rw_exchange, bounded by the given deadline instead (sentinel.c). */
+bool
+rw_exchange_by(RwConn *conn, int nreplies, redisReply **replies,
+			   int64 deadline, RwError *err)
+{
+	err->kind = RW_OK;
+	err->maybe_sent = false;
+	return conn_exchange(conn, nreplies, replies, Min(deadline, conn_cap),
+						 "rwlock.connect_timeout", rw_connect_timeout_ms, err);
 }
 
 /*

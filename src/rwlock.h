@@ -17,12 +17,17 @@
  *	  renew.c      when and how a session renews its own leases
  *	  holds.c      the session's table of holds, what the keeper is shown,
  *	               warnings kept for a safe moment
- *	  route.c      which node serves a lock (today: the one URL)
+ *	  route.c      which node serves a lock (today: the one URL, a
+ *	               server or a Sentinel-monitored service)
  *	  keeper.c     the background worker and its shared table; redis_locks
  *	  protocol.c   one C function per Lua script
  *	  scripts.c    the embedded scripts (lua_scripts.c) and EVALSHA/EVAL
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
  *	               latch, deadlines, interrupts
+ *	  sentinel.c   where a Sentinel-monitored master is now: asks the
+ *	               sentinels (redis_conn.c asks it when it connects to such
+ *	               a node; it talks to each sentinel through redis_conn.c
+ *	               on a plain endpoint, which never asks it again)
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
  *	               reads and writes, what a failure means
  *	  guc.c        the rwlock.* settings; settings refused when the library
@@ -56,6 +61,8 @@
 #define RW_INTENT_MS		2000	/* lease of a waiting writer's intent */
 #define RW_KEEP_TOKEN_MS	600000	/* the last write token outlives a lock */
 #define RW_EXIT_BUDGET_MS	500		/* what backend exit may spend on Redis */
+#define RW_SENTINEL_RECHECK_MS 1000	/* a connection in use asks the sentinels
+										 * again this often (sentinel.c) */
 
 /* What a session holds of a lock; stronger modes compare greater. */
 typedef enum RwMode
@@ -145,6 +152,16 @@ typedef struct RwEndpoint
 	char	   *tls_ca_file;	/* NULL: the system's CA store */
 	char	   *tls_cert_file;	/* NULL: no client certificate */
 	char	   *tls_key_file;	/* NULL: the key is in tls_cert_file */
+	/* redis+sentinel:// and rediss+sentinel:// (sentinel.c) */
+	bool		sentinel;		/* host and port are the master found last */
+	char	   *master_name;
+	int			nsentinels;
+	char	  **sentinel_hosts;
+	int		   *sentinel_ports;
+	int			sentinel_last;	/* the sentinel that answered last */
+	uint64		addr_gen;		/* bumped when the master's address changes */
+	int64		resolved_ms;	/* monotonic: when the sentinels last answered */
+	bool		is_sentinel;	/* this endpoint is a sentinel itself */
 } RwEndpoint;
 
 extern bool rw_parse_url(const char *spec, RwEndpoint *ep, char **why);
@@ -203,6 +220,7 @@ typedef struct RwConn
 	uint32		sock_events;	/* what the socket event waits for now */
 	bool		is_subscriber;
 	double		last_rtt_ms;
+	uint64		addr_gen;		/* the node's ep.addr_gen it connected at */
 	uint64		failed_call;	/* the call whose connection attempt failed */
 	RwError		failed_err;		/* ... and why */
 	void	  **owed;			/* tags of commands whose replies are due */
@@ -216,6 +234,9 @@ typedef struct RwConn
 extern void rw_call_begin(void);
 extern void rw_conn_limit(int64 deadline);
 extern bool rw_conn_ensure(RwConn *conn, RwError *err);
+extern bool rw_conn_open(RwConn *conn, int64 deadline, RwError *err);
+extern bool rw_exchange_by(RwConn *conn, int nreplies, redisReply **replies,
+						   int64 deadline, RwError *err);
 extern void rw_conn_close(RwConn *conn);
 extern void rw_append(RwConn *conn, int argc, const char **argv,
 					  const size_t *lens, void *tag);
@@ -226,6 +247,9 @@ extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
 extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
+
+/* ---- sentinel.c ---- */
+extern bool rw_sentinel_resolve(RwEndpoint *ep, int64 deadline, RwError *err);
 
 /* ---- tls.c ---- */
 typedef struct RwTls RwTls;

@@ -41,6 +41,7 @@
 #include "catalog/pg_authid.h"
 #include "miscadmin.h"
 #include "access/xact.h"
+#include "lib/stringinfo.h"
 #include "utils/acl.h"
 
 #define PASSFILE_MAX (64 * 1024)
@@ -198,6 +199,108 @@ url_parse_unix(const char *s, RwEndpoint *ep, char **why)
 	return true;
 }
 
+/*
+ * redis+sentinel://[user[:password]@]host1[:port1][,host2[:port2]...]/master-name[/db]:
+ * the sentinels (port 26379 unless given) and the service they watch. The
+ * URL's user and password are the master's (and its replicas'); a
+ * sentinel's come from the password file, by its host and port (sentinel.c).
+ */
+static bool
+url_parse_sentinel(const char *s, RwEndpoint *ep, char **why)
+{
+	const char *end = s + strcspn(s, "/");
+	const char *p;
+	const char *name;
+	const char *name_end;
+	int			cap = 4;
+
+	p = url_parse_userinfo(s, end, ep, why);
+	if (p == NULL)
+		return false;
+	ep->sentinel = true;
+	ep->sentinel_hosts = palloc(cap * sizeof(char *));
+	ep->sentinel_ports = palloc(cap * sizeof(int));
+	while (p < end)
+	{
+		const char *item_end = p + strcspn(p, ",/");
+		const char *hostend;
+		char	   *host;
+		int			port = 26379;
+
+		if (item_end > end)
+			item_end = end;
+		if (*p == '[')
+		{
+			hostend = memchr(p, ']', item_end - p);
+			if (hostend == NULL)
+			{
+				*why = "An IPv6 address must be closed by ].";
+				return false;
+			}
+			host = pnstrdup(p + 1, hostend - p - 1);
+			hostend++;
+		}
+		else
+		{
+			hostend = memchr(p, ':', item_end - p);
+			if (hostend == NULL)
+				hostend = item_end;
+			host = pnstrdup(p, hostend - p);
+		}
+		if (host[0] == '\0')
+		{
+			*why = "Each sentinel in the URL needs a host: host1:port1,host2:port2.";
+			return false;
+		}
+		if (hostend < item_end &&
+			(*hostend != ':' ||
+			 !url_parse_int(hostend + 1, item_end - hostend - 1, 1, 65535, &port)))
+		{
+			*why = "A sentinel's port must be a number from 1 to 65535.";
+			return false;
+		}
+		if (ep->nsentinels == 64)
+		{
+			*why = "The URL names more than 64 sentinels.";
+			return false;
+		}
+		if (ep->nsentinels == cap)
+		{
+			cap *= 2;
+			ep->sentinel_hosts = repalloc(ep->sentinel_hosts, cap * sizeof(char *));
+			ep->sentinel_ports = repalloc(ep->sentinel_ports, cap * sizeof(int));
+		}
+		ep->sentinel_hosts[ep->nsentinels] = host;
+		ep->sentinel_ports[ep->nsentinels++] = port;
+		p = item_end;
+		if (p < end && *p == ',')
+			p++;
+	}
+	if (ep->nsentinels == 0)
+	{
+		*why = "A redis+sentinel:// URL names at least one sentinel: host1:port1[,host2:port2...].";
+		return false;
+	}
+	if (*end != '/' || end[1] == '\0' || end[1] == '/')
+	{
+		*why = "A redis+sentinel:// URL ends with /master-name[/db]: the name the sentinels monitor.";
+		return false;
+	}
+	name = end + 1;
+	name_end = name + strcspn(name, "/");
+	ep->master_name = url_percent_decode(name, name_end - name);
+	if (*name_end == '/' && name_end[1] != '\0' &&
+		!url_parse_int(name_end + 1, strlen(name_end + 1), 0, 1000000, &ep->db))
+	{
+		*why = "The database must be a number after the master name: /master-name/db.";
+		return false;
+	}
+	/* Where the master is: unknown until the sentinels say (sentinel.c). */
+	ep->host = NULL;
+	ep->port = 0;
+	return true;
+}
+
 /* Parse the URL part of a spec (len bytes) into *ep. */
 static bool
 url_parse(const char *url, int len, RwEndpoint *ep, char **why)
@@ -213,7 +316,14 @@ url_parse(const char *url, int len, RwEndpoint *ep, char **why)
 	}
 	if (strncmp(u, "unix://", 7) == 0)
 		return url_parse_unix(u + 7, ep, why);
-	*why = "The URL must start with redis://, rediss:// or unix://.";
+	if (strncmp(u, "redis+sentinel://", 17) == 0)
+		return url_parse_sentinel(u + 17, ep, why);
+	if (strncmp(u, "rediss+sentinel://", 18) == 0)
+	{
+		ep->tls = true;
+		return url_parse_sentinel(u + 18, ep, why);
+	}
+	*why = "The URL must start with redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel://.";
 	return false;
 }
 
@@ -281,7 +391,23 @@ rw_parse_url(const char *spec, RwEndpoint *ep, char **why)
 		ep->tls_key_file = spec_field(fields[5], lens[5]);
 	}
 	ep->url = pstrdup(spec);
-	if (ep->is_unix)
+	if (ep->sentinel)
+	{
+		StringInfoData b;
+
+		initStringInfo(&b);
+		appendStringInfo(&b, "%s://%s%s", ep->tls ? "rediss+sentinel" : "redis+sentinel",
+						 ep->user ? ep->user : "", ep->user ? "@" : "");
+		for (int i = 0; i < ep->nsentinels; i++)
+			appendStringInfo(&b, "%s%s%s%s:%d", i > 0 ? "," : "",
+							 strchr(ep->sentinel_hosts[i], ':') ? "[" : "",
+							 ep->sentinel_hosts[i],
+							 strchr(ep->sentinel_hosts[i], ':') ? "]" : "",
+							 ep->sentinel_ports[i]);
+		appendStringInfo(&b, "/%s/%d", ep->master_name, ep->db);
+		ep->display = b.data;
+	}
+	else if (ep->is_unix)
 		ep->display = psprintf("unix://%s%s%s?db=%d",
 							   ep->user ? ep->user : "", ep->user ? "@" : "",
 							   ep->path, ep->db);
@@ -319,7 +445,8 @@ rw_check_url(const char *url, char **why)
 char *
 rw_current_spec(void)
 {
-	bool		tls = strncmp(rw_redis_url, "rediss://", 9) == 0;
+	bool		tls = strncmp(rw_redis_url, "rediss://", 9) == 0 ||
+		strncmp(rw_redis_url, "rediss+sentinel://", 18) == 0;
 	const char *pf = rw_password_file ? rw_password_file : "";
 
 	if (tls)

@@ -38,6 +38,8 @@ int			rw_tls_verify = RW_TLS_VERIFY_FULL;
 char	   *rw_tls_ca_file = NULL;
 char	   *rw_tls_cert_file = NULL;
 char	   *rw_tls_key_file = NULL;
+int			rw_wait_replicas = 0;
+int			rw_wait_replicas_timeout_ms = 100;
 
 /* Bumped when a setting that changes how to connect is assigned. */
 uint64		rw_conn_settings_gen = 1;
@@ -158,6 +160,8 @@ static GucNote guc_notes[] = {
 	{"rwlock.tls_ca_file"},
 	{"rwlock.tls_cert_file"},
 	{"rwlock.tls_key_file"},
+	{"rwlock.wait_replicas", true, &rw_wait_replicas, 0},
+	{"rwlock.wait_replicas_timeout", true, &rw_wait_replicas_timeout_ms, GUC_UNIT_MS},
 };
 
 static bool guc_any_refused = false;
@@ -298,6 +302,27 @@ rw_define_gucs(void)
 							&rw_command_timeout_ms,
 							2000, 10, 3600000,
 							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rwlock.wait_replicas",
+							"Replicas that must acknowledge a grant or renewal (WAIT).",
+							"0: none. A grant fewer replicas acknowledged within "
+							"rwlock.wait_replicas_timeout is undone and reported; a renewal "
+							"counts on the master and is logged.",
+							&rw_wait_replicas,
+							0, 0, 64,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rwlock.wait_replicas_timeout",
+							"How long a grant or renewal waits for replicas to acknowledge it.",
+							"Used when rwlock.wait_replicas > 0; added to rwlock.command_timeout "
+							"for that round trip.",
+							&rw_wait_replicas_timeout_ms,
+							100, 1, 60000,
+							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

@@ -159,12 +159,16 @@ proto_run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
  * Try once to take the lock. RW_GRANTED: *result is the fencing token.
  * RW_BUSY: *result is the longest to sleep before trying again, ms.
  * RW_UPGRADE_CONFLICT: *other is the reader that already waits to upgrade.
+ * RW_GRANTED_UNACKED: granted (*result is the token), but with
+ * rwlock.wait_replicas > 0 only *acks replicas acknowledged it (the WAIT
+ * pipelined after the script): the caller must undo it.
  * RW_ACQ_FAILED: *err says why; err->maybe_sent whether the script may
  * have run (and granted) all the same. Never throws.
  */
 RwAcquireStatus
 rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode, int lease_ms,
-				 int intent_ms, int64 *result, char **other, RwError *err)
+				 int intent_ms, int64 *result, char **other, int *acks,
+				 RwError *err)
 {
 	char		lease[16],
 				intent[16],
@@ -177,8 +181,17 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode, int lease_ms,
 	snprintf(lease, sizeof(lease), "%d", lease_ms);
 	snprintf(intent, sizeof(intent), "%d", intent_ms);
 	snprintf(keep, sizeof(keep), "%d", RW_KEEP_TOKEN_MS);
-	r = proto_run_one(conn, RW_SCRIPT_ACQUIRE, 6, args, keys, err);
-	if (r == NULL)
+	*acks = -1;
+	if (rw_wait_replicas > 0)
+	{
+		RwScriptCall call;
+
+		/* WAIT follows the script in the same round trip. */
+		proto_prepare(&call, RW_SCRIPT_ACQUIRE, keys, 6, args);
+		if (!rw_script_run_acked(conn, &call, 1, &r, rw_wait_replicas, acks, err))
+			return RW_ACQ_FAILED;
+	}
+	else if ((r = proto_run_one(conn, RW_SCRIPT_ACQUIRE, 6, args, keys, err)) == NULL)
 		return RW_ACQ_FAILED;
 
 	/*
@@ -200,6 +213,11 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode, int lease_ms,
 	}
 	value = r->integer;
 	freeReplyObject(r);
+	if (value >= 0 && rw_wait_replicas > 0 && *acks < rw_wait_replicas)
+	{
+		*result = value;
+		return RW_GRANTED_UNACKED;
+	}
 	*result = value >= 0 ? value : -value;
 	return value >= 0 ? RW_GRANTED : RW_BUSY;
 }
@@ -294,6 +312,7 @@ rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
 	char	   *leases = palloc(16 * n);
 	char		keeptoken[16];
 	bool		ok;
+	int			acks;
 
 	snprintf(keeptoken, sizeof(keeptoken), "%d", RW_KEEP_TOKEN_MS);
 	for (int i = 0; i < n; i++)
@@ -305,7 +324,23 @@ rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
 		snprintf(leases + 16 * i, 16, "%d", lease_ms[i]);
 		proto_prepare(&calls[i], RW_SCRIPT_RENEW, keys[i], 4, args);
 	}
-	ok = rw_script_run(conn, calls, n, replies, err);
+	ok = rw_script_run_acked(conn, calls, n, replies, rw_wait_replicas, &acks, err);
+	if (ok && rw_wait_replicas > 0 && acks < rw_wait_replicas)
+	{
+		static int64 logged_ms = 0;
+
+		/*
+		 * Not a loss: the master has the renewal. Counted as renewed, and
+		 * the next renewal asks for acknowledgements again. Logged at most
+		 * every 10 s per process.
+		 */
+		if (logged_ms == 0 || rw_now_ms() - logged_ms > 10000)
+		{
+			elog(LOG, "rwlock: a renewal of %d lease(s) was acknowledged by %d of the %d replicas rwlock.wait_replicas asks for within rwlock.wait_replicas_timeout (%d ms); it counts as renewed on the master and the next renewal asks again",
+				 n, Max(acks, 0), rw_wait_replicas, rw_wait_replicas_timeout_ms);
+			logged_ms = rw_now_ms();
+		}
+	}
 	for (int i = 0; ok && i < n; i++)
 	{
 		redisReply *r = replies[i];

@@ -1001,6 +1001,18 @@ conn_exchange(RwConn *conn, int nreplies, redisReply **replies, int64 deadline,
 bool
 rw_exchange(RwConn *conn, int nreplies, redisReply **replies, RwError *err)
 {
+	return rw_exchange_longer(conn, nreplies, replies, 0, err);
+}
+
+/*
+ * As rw_exchange, with extra_ms more than rwlock.command_timeout: for a
+ * pipeline that ends with a WAIT for replicas, which Redis answers only
+ * when its own timeout runs out.
+ */
+bool
+rw_exchange_longer(RwConn *conn, int nreplies, redisReply **replies,
+				   int extra_ms, RwError *err)
+{
 	int64		start = rw_now_ms();
 	instr_time	t0,
 				t1;
@@ -1010,8 +1022,8 @@ rw_exchange(RwConn *conn, int nreplies, redisReply **replies, RwError *err)
 	err->maybe_sent = false;
 	INSTR_TIME_SET_CURRENT(t0);
 	ok = conn_exchange(conn, nreplies, replies,
-					   Min(start + rw_command_timeout_ms, conn_cap),
-					   "rwlock.command_timeout", rw_command_timeout_ms, err);
+					   Min(start + rw_command_timeout_ms + extra_ms, conn_cap),
+					   "rwlock.command_timeout", rw_command_timeout_ms + extra_ms, err);
 	INSTR_TIME_SET_CURRENT(t1);
 	INSTR_TIME_SUBTRACT(t1, t0);
 	if (ok)

@@ -126,6 +126,8 @@ extern int	rw_tls_verify;
 extern char *rw_tls_ca_file;
 extern char *rw_tls_cert_file;
 extern char *rw_tls_key_file;
+extern int	rw_wait_replicas;
+extern int	rw_wait_replicas_timeout_ms;
 extern uint64 rw_conn_settings_gen;
 extern void rw_define_gucs(void);
 extern void rw_check_settings(void);
@@ -235,6 +237,9 @@ extern void rw_call_begin(void);
 extern void rw_conn_limit(int64 deadline);
 extern bool rw_conn_ensure(RwConn *conn, RwError *err);
 extern bool rw_conn_open(RwConn *conn, int64 deadline, RwError *err);
+extern bool rw_exchange_longer(RwConn *conn, int nreplies,
+							   redisReply **replies, int extra_ms,
+							   RwError *err);
 extern bool rw_exchange_by(RwConn *conn, int nreplies, redisReply **replies,
 						   int64 deadline, RwError *err);
 extern void rw_conn_close(RwConn *conn);
@@ -303,6 +308,9 @@ extern void rw_script_prepare(RwScriptCall *call, RwScriptId id, int nkeys,
 							  int nargs, const char *const *args);
 extern bool rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
 						  redisReply **replies, RwError *err);
+extern bool rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
+								redisReply **replies, int replicas,
+								int *acks, RwError *err);
 extern void rw_script_append_eval(RwConn *conn, RwScriptCall *call, void *tag);
 
 /* ---- protocol.c ---- */
@@ -323,6 +331,8 @@ typedef enum RwAcquireStatus
 	RW_GRANTED,
 	RW_BUSY,
 	RW_UPGRADE_CONFLICT,
+	RW_GRANTED_UNACKED,			/* granted, but fewer replicas than
+								 * rwlock.wait_replicas acknowledged it */
 } RwAcquireStatus;
 
 typedef struct RwLockInfo
@@ -347,7 +357,7 @@ extern void rw_free_keys(RwKeys *keys);
 extern RwAcquireStatus rw_proto_acquire(RwConn *conn, const RwKeys *keys,
 										RwMode mode, int lease_ms,
 										int intent_ms, int64 *result,
-										char **other, RwError *err);
+										char **other, int *acks, RwError *err);
 extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep,
 							 int lease_ms, RwError *err);
 extern void rw_proto_release_append(RwConn *conn, const RwKeys *keys,

@@ -71,15 +71,75 @@ bool
 rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
 			  redisReply **replies, RwError *err)
 {
+	return rw_script_run_acked(conn, calls, ncalls, replies, 0, NULL, err);
+}
+
+/* Queue WAIT replicas rwlock.wait_replicas_timeout. */
+static void
+scripts_append_wait(RwConn *conn, int replicas)
+{
+	char		k[16];
+	char		ms[16];
+	const char *argv[3] = {"WAIT", k, ms};
+
+	snprintf(k, sizeof(k), "%d", replicas);
+	snprintf(ms, sizeof(ms), "%d", rw_wait_replicas_timeout_ms);
+	rw_append(conn, 3, argv, NULL, NULL);
+}
+
+/* What a WAIT answered (the reply is freed): replicas, or -1. */
+static int
+scripts_wait_result(redisReply *r)
+{
+	int			acks = r->type == REDIS_REPLY_INTEGER ? (int) r->integer : -1;
+
+	if (acks < 0)
+		elog(LOG, "rwlock: WAIT failed: %s",
+			 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+	freeReplyObject(r);
+	return acks;
+}
+
+/*
+ * As rw_script_run; with replicas > 0, a WAIT for that many replicas
+ * follows the scripts in the same round trip (and follows them again if
+ * they had to be sent again as EVAL), and *acks is how many acknowledged
+ * them (-1 if WAIT failed). The round trip may take
+ * rwlock.wait_replicas_timeout more than rwlock.command_timeout.
+ */
+bool
+rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
+					redisReply **replies, int replicas, int *acks,
+					RwError *err)
+{
 	redisReply **again;
 	int			nretry = 0;
+	int			extra = replicas > 0 ? 1 : 0;
+	int			extra_ms = replicas > 0 ? rw_wait_replicas_timeout_ms : 0;
+	redisReply **all = palloc(sizeof(redisReply *) * (ncalls + 1));
 
+	if (acks)
+		*acks = -1;
 	if (!rw_conn_ensure(conn, err))
 		return false;
 	for (int i = 0; i < ncalls; i++)
 		rw_append(conn, calls[i].argc, calls[i].argv, calls[i].lens, NULL);
-	if (!rw_exchange(conn, ncalls, replies, err))
+	if (extra)
+		scripts_append_wait(conn, replicas);
+	if (!rw_exchange_longer(conn, ncalls + extra, all, extra_ms, err))
+	{
+		pfree(all);
 		return false;
+	}
+	memcpy(replies, all, sizeof(redisReply *) * ncalls);
+	if (extra)
+	{
+		int			a = scripts_wait_result(all[ncalls]);
+
+		if (acks)
+			*acks = a;
+	}
+	pfree(all);
 	for (int i = 0; i < ncalls; i++)
 		nretry += scripts_is_noscript(replies[i]) ? 1 : 0;
 	if (nretry == 0)
@@ -93,8 +153,10 @@ rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
 		scripts_as_eval(&calls[i]);
 		rw_append(conn, calls[i].argc, calls[i].argv, calls[i].lens, NULL);
 	}
-	again = palloc(sizeof(redisReply *) * nretry);
-	if (!rw_exchange(conn, nretry, again, err))
+	if (extra)
+		scripts_append_wait(conn, replicas);
+	again = palloc(sizeof(redisReply *) * (nretry + extra));
+	if (!rw_exchange_longer(conn, nretry + extra, again, extra_ms, err))
 	{
 		for (int i = 0; i < ncalls; i++)
 			freeReplyObject(replies[i]);
@@ -107,6 +169,13 @@ rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
 			continue;
 		freeReplyObject(replies[i]);
 		replies[i] = again[j++];
+	}
+	if (extra)
+	{
+		int			a = scripts_wait_result(again[nretry]);
+
+		if (acks)
+			*acks = a;
 	}
 	pfree(again);
 	return true;

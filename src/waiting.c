@@ -250,6 +250,39 @@ wait_report_lock_timeout(const char *name, RwMode mode)
 }
 
 /*
+ * A grant that fewer replicas than rwlock.wait_replicas acknowledged: undo
+ * it at once (a release that waits for its answer; owed if it fails, so the
+ * name is not taken again before Redis is rid of it), then report it: a
+ * class 08 error, or, for the try forms, false (with a WARNING kept for a
+ * safe moment).
+ */
+static void
+wait_undo_unacked(RwNode *node, const RwKeys *keys, const char *name,
+				  RwMode mode, RwMode held_mode, int acks, bool is_error)
+{
+	RwError		err;
+
+	(void) rw_release_now(node, name, keys,
+						  held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING,
+						  rw_lease_ms, &err);
+	if (is_error)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("Redis lock \"%s\" was granted but not acknowledged by enough replicas",
+						name),
+				 errdetail("%d of the %d replicas rwlock.wait_replicas asks for acknowledged the %s lock within rwlock.wait_replicas_timeout (%d ms); the grant was undone.",
+						   Max(acks, 0), rw_wait_replicas,
+						   mode == RW_WRITE ? "write" : "read",
+						   rw_wait_replicas_timeout_ms)));
+	rw_note_warning(ERRCODE_WARNING,
+					psprintf("Redis lock \"%s\" was granted but not acknowledged by enough replicas",
+							 name),
+					psprintf("%d of the %d replicas rwlock.wait_replicas asks for acknowledged it within rwlock.wait_replicas_timeout (%d ms); the grant was undone.",
+							 Max(acks, 0), rw_wait_replicas,
+							 rw_wait_replicas_timeout_ms));
+}
+
+/*
  * Take the lock in `mode`, waiting up to timeout_ms (-1: forever, 0: not at
  * all). held_mode is what the session already holds in Redis (RW_READ when
  * this is an upgrade). On success sets *token and returns true; the caller
@@ -277,13 +310,21 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		char	   *other = NULL;
 		long		left;
 		RwError		err;
+		int			acks;
 
 		status = rw_proto_acquire(&node->cmd, keys, mode, rw_lease_ms, intent,
-								  &result, &other, &err);
+								  &result, &other, &acks, &err);
 		if (status == RW_GRANTED)
 		{
 			*token = result;
 			return true;
+		}
+		if (status == RW_GRANTED_UNACKED)
+		{
+			wait_end(true);
+			wait_undo_unacked(node, keys, name, mode, held_mode, acks,
+							  timeout_is_error);
+			return false;
 		}
 		if (status == RW_ACQ_FAILED)
 		{

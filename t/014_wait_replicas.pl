@@ -1,0 +1,105 @@
+# rwlock.wait_replicas: a grant counts only once that many replicas
+# acknowledged it (WAIT, pipelined after the script). Too few: the grant is
+# undone and reported (class 08; false from the try forms), nothing is left
+# in Redis. A renewal too few acknowledged counts on the master (logged):
+# the keeper does not drop a healthy lock. A failover that loses a grant:
+# with wait_replicas = 0 the holder is told at its next operation and the
+# next token is larger; with wait_replicas = 1 the grant was refused, so
+# there are never two holders.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib $FindBin::RealBin;
+use RwlockTest;
+use RwlockSentinel;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $set = sentinel_set_start(down_after => 1000);
+my $url = sentinel_url($set);
+my $node = new_node('waitrep', port => $set->{master}, preload => 1, lease => '4s',
+	conf => "rwlock.redis_url = '$url'\nrwlock.wait_replicas = 1\nrwlock.wait_replicas_timeout = '200ms'\n");
+my $prefix = 'tap_waitrep';
+my $a = session($node);
+my $b = session($node);
+my ($out, $err, $secs);
+
+# --- Acknowledged grants work, in one round trip more or less.
+($out, $err, $secs) = sq($a, "SELECT redis_wlock('k1') > 0");
+is($out, 't', 'wait_replicas = 1: a grant two replicas can acknowledge');
+is($err, '', 'without an error');
+ok($secs < 0.2, sprintf('without waiting for the WAIT timeout (%.3f s)', $secs));
+($out) = sq($b, "SELECT redis_try_wlock('k1')");
+is($out, 'f', 'another session is excluded');
+is((redis_holders($_, $prefix, 'k1'))[0] ne '' ? 1 : 0, 1, "the grant is on replica $_")
+  for @{ $set->{replicas} };
+sq($a, "SELECT redis_unlock('k1')");
+
+# --- More replicas asked for than exist: refused, undone, reported.
+sq($a, "SET rwlock.wait_replicas = 3");
+($out, $err) = sq($a, "SELECT redis_wlock('k2')");
+is(sqlstate($err), '08006', 'a grant too few replicas acknowledged: class 08') or diag $err;
+like($err, qr/Redis lock "k2" was granted but not acknowledged by enough replicas/, 'the error names the lock');
+like($err, qr/2 of the 3 replicas/, 'and the count');
+is(lock_state($set->{master}, $prefix, 'k2'), 'free', 'the grant was undone in Redis');
+($out, $err) = sq($a, "SELECT redis_try_rlock('k2')");
+is($out, 'f', 'the try form returns false');
+like($err, qr/WARNING:  01000: Redis lock "k2" was granted but not acknowledged/, 'with a WARNING');
+is(lock_state($set->{master}, $prefix, 'k2'), 'free', 'undone again');
+($out) = sq($a, "SELECT count(*) FROM redis_held_locks");
+is($out, '0', 'the session holds nothing');
+sq($a, "RESET rwlock.wait_replicas");
+($out, $err) = sq($a, "SELECT redis_wlock('k2') > 0, redis_unlock('k2')");
+is($out, 't|t', 'the session works after');
+
+# --- Renewals that replicas do not acknowledge: the lock stays held.
+sq($a, "SELECT redis_wlock('k3')");
+redis_cli($_, 'REPLICAOF', '127.0.0.1', '1') for @{ $set->{replicas} };
+sleep 9;    # more than two leases
+($out) = sq($b, "SELECT lease_state FROM redis_locks WHERE name = 'k3'");
+is($out, 'held', 'renewals no replica acknowledged: the keeper keeps the lock (2 leases later)');
+my $owner = session_owner($a);
+is(redis_mode_of($set->{master}, $prefix, 'k3', $owner), 'write', 'still held on the master');
+my $log = slurp_file($node->logfile);
+like($log, qr/a renewal of \d+ lease\(s\) was acknowledged by 0 of the 1 replicas/,
+	'the unacknowledged renewal is logged');
+
+# --- A failover that loses a grant. The replicas are cut off
+# (REPLICAOF 127.0.0.1 1: the sentinels put them back only after
+# failover-timeout, 4 s), the grant is made, the master is killed: the
+# promoted replica lacks it.
+sq($b, "SET rwlock.wait_replicas = 0");
+($out, $err) = sq($b, "SELECT redis_wlock('lost0')");
+my $tok0 = $out;
+ok($tok0 =~ /^\d+$/ && $tok0 > 0, "wait_replicas = 0: granted with no replica ($tok0)") or diag $err;
+my $c = session($node);
+($out, $err) = sq($c, "SELECT redis_wlock('lost1')");
+is(sqlstate($err), '08006', 'wait_replicas = 1: the same grant is refused (class 08)') or diag $err;
+($out) = sq($c, "SELECT redis_try_wlock('lost1')");
+is($out, 'f', 'and false from the try form');
+my $old = $set->{master};
+my $t0 = time;
+kill 'KILL', redis_pid($old);
+my ($new, $took) = sentinel_wait_master($set, $old, 30);
+ok(defined $new, sprintf('a replica that lacks the grant was promoted (%.2f s)', $took // -1));
+is(lock_state($new, $prefix, 'lost0'), 'free', 'the new master does not have lost0');
+# Another session takes it: two holders would be possible, the token
+# protects the data.
+my $d = session($node);
+my $ok_d = wait_until(sub { (sq($d, "SELECT redis_try_wlock('lost0')"))[0] eq 't' }, 10);
+ok(defined $ok_d, 'wait_replicas = 0: another session takes lost0 on the new master');
+($out) = sq($d, "SELECT token FROM redis_held_locks WHERE name = 'lost0'");
+ok($out > $tok0, "its token is larger ($out > $tok0)");
+sleep 2;    # the keeper's next renewal of b's hold finds it gone
+($out, $err) = sq($b, "SELECT redis_unlock('lost0')");
+is($out, 'f', 'the first holder: unlock returns false');
+like($err, qr/Redis lock "lost0" was lost/, 'with the "lost" WARNING at its next operation');
+# lost1 was never granted: only one holder.
+($out, $err) = sq($c, "SELECT redis_try_wlock('lost1')");
+is($out, 't', 'wait_replicas = 1: lost1 is free on the new master (the refused grant left nothing)')
+  or diag $err;
+($out) = sq($d, "SELECT redis_try_wlock('lost1')");
+is($out, 'f', 'and only one session holds it');
+redis_start($old);
+done_testing();

@@ -170,6 +170,13 @@ cpu_rows("cpu", "pipelined (INFO commandstats usec_per_call; ratio: median of 25
          "repetitions)", True)
 cpu_rows("cpuseq", "one command per round trip", False)
 
+# wait_replicas (bench/replicas.sh): b with rwlock.wait_replicas = 1 (WAIT 1
+# after the acquire script, one replica on loopback) against 0, beside it.
+if "b_1w1_lat_ms" in allv:
+    r = rep_ratio(lambda s: s("b_1w1_lat_ms") / s("b_1w0_lat_ms"))
+    row("b", "same, `rwlock.wait_replicas = 1` (one replica, loopback), 1 client", us_lat("b_1w1"), "µs",
+        "the same with `wait_replicas = 0`, beside it", us_lat("b_1w0"), r, "info")
+
 
 def fmt(x):
     if x is None:

@@ -203,6 +203,9 @@ $PY "$BENCH/scriptcost.py" --port "$RPORT" --tsv >>"$RAW"
 log "   the same, one command per round trip (as the extension talks)"
 $PY "$BENCH/scriptcost.py" --port "$RPORT" --batch 0 --pairs 300 --reps 15 --tag cpuseq --tsv >>"$RAW"
 
+# ---- wait_replicas: b with WAIT 1 beside 0 (bench/replicas.sh) ---------------
+source "$BENCH/replicas.sh" || log "replicas case failed: no wait_replicas row"
+
 # ---- optional profile --------------------------------------------------------
 if [ "${BENCH_PROFILE:-0}" = 1 ]; then
   log "== profile of b, 1 client"

@@ -42,6 +42,26 @@ is($out, 't', 'redis_connection_info: connected');
 ($out) = sq($a, "SELECT redis_unlock('s1')");
 is($out, 't', 'unlock through the sentinel URL');
 
+# --- The Python client through the same sentinels.
+{
+	my ($in, $pyout, $pyerr) = ('', '', '');
+	my $py = IPC::Run::start([ '/usr/bin/python3', "$FindBin::RealBin/../test/sentinel_client.py",
+		$url, $prefix, 'py1' ], '<', \$in, '>', \$pyout, '2>', \$pyerr);
+	my $t = wait_until(sub { $py->pump_nb; $pyout =~ /^held \d+/m }, 20);
+	ok(defined $t, 'Python client: a write lock through redis+sentinel:// with wait_replicas=1')
+	  or diag "$pyout $pyerr";
+	($out) = sq($b, "SELECT redis_try_rlock('py1')");
+	is($out, 'f', 'SQL is excluded by the Python holder');
+	$in .= "go\n";
+	$py->finish;
+	like($pyout, qr/^released True$/m, 'Python client: released');
+	like($pyout, qr/^unacked refused: lock 'py1x' was granted but only 2 of the 3 replicas/m,
+		'Python client: too few acknowledgements raise ReplicasNotAcknowledged');
+	like($pyout, qr/^try False$/m, 'Python client: and make try_acquire False');
+	like($pyout, qr/^state free$/m, 'Python client: the unacknowledged grant was undone');
+	diag $pyerr if $pyerr =~ /Traceback/;
+}
+
 # --- A malformed URL is refused with a reason.
 ($out, $err) = sq($a, "SET rwlock.redis_url = 'redis+sentinel://127.0.0.1:1'");
 like($err, qr/master-name/, 'a sentinel URL without a master name is refused, saying why');
@@ -100,11 +120,12 @@ sub failover_round
 	my @churn = map { session($node) } 1 .. 2;
 	my $old = $set->{master};
 
-	sq($holder, "SELECT redis_wlock('h_$how')");
-	sq($holder, "SELECT redis_wlock('w_$how')");
+	# The holder's grants are acknowledged by a replica (wait_replicas = 1),
+	# so the promoted replica has them; the other sessions use 0.
+	sq($holder, "SET rwlock.wait_replicas = 1");
+	my ($ho, $he) = sq($holder, "SELECT redis_wlock('h_$how') > 0, redis_wlock('w_$how') > 0");
+	is($ho, 't|t', "$how: the holder's grants were acknowledged") or diag $he;
 	my $holder_owner = session_owner($holder);
-	# Replicated before the failover starts (WAIT on the master).
-	redis_cli($old, 'WAIT', '2', '1000');
 	sq_send($waiter, "SELECT redis_wlock('w_$how') > 0");
 	sleep 0.3;
 	ok(!sq_poll($waiter), "$how: the waiter waits");

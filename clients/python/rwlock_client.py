@@ -15,6 +15,18 @@ rwlock PostgreSQL extension (protocol version 2, docs/protocol.md).
         finally:
             lk.release()                            # False if the lock was lost
 
+Behind Redis Sentinel, give the sentinels and the master's name; the client
+follows failovers (redis-py's Sentinel: the master is looked up for every new
+connection, and a READONLY reply drops the connection):
+
+    locks = Client.from_url("redis+sentinel://s1:26379,s2:26379,s3:26379/mymaster",
+                            wait_replicas=1)
+
+With wait_replicas=k, a grant counts only once k replicas acknowledged it
+(WAIT, in the same round trip); otherwise it is undone and acquire() raises
+ReplicasNotAcknowledged (try_acquire() returns False). A renewal too few
+acknowledged still counts (the master has it) and is logged.
+
 The Lua scripts are read at run time from the repository's lua/ directory
 (found relative to this file; override with lua_dir= or $RWLOCK_LUA_DIR) and
 run with EVALSHA, loaded again when Redis answers NOSCRIPT.
@@ -36,7 +48,8 @@ import redis
 
 __all__ = [
     "PROTOCOL_VERSION", "Client", "Lock", "RWLockError", "ProtocolVersionError",
-    "LockTimeout", "UpgradeConflict", "lock_keys", "encode_name",
+    "LockTimeout", "UpgradeConflict", "ReplicasNotAcknowledged", "lock_keys",
+    "encode_name", "sentinel_redis",
 ]
 
 # The protocol this client speaks; sent as ARGV[1] of every script and checked
@@ -71,6 +84,54 @@ class UpgradeConflict(RWLockError):
             "deadlock: this holder and %s both hold the read lock on %r and wait "
             "for its write lock; release the read lock and retry" % (other, name))
         self.other = other
+
+
+class ReplicasNotAcknowledged(RWLockError, ConnectionError):
+    """A grant fewer replicas than wait_replicas acknowledged; it was undone."""
+
+    def __init__(self, name, acks, wanted):
+        super().__init__("lock %r was granted but only %d of the %d replicas "
+                         "asked for acknowledged it; the grant was undone"
+                         % (name, acks, wanted))
+        self.name, self.acks, self.wanted = name, acks, wanted
+
+
+def sentinel_redis(url, **kwargs):
+    """A redis.Redis for the master of a redis+sentinel:// (or
+    rediss+sentinel://) URL: [user[:password]@]h1:p1[,h2:p2...]/name[/db].
+    The URL's user and password are the master's; pass the sentinels' own
+    with sentinel_kwargs={"password": ...}. Other kwargs go to the master's
+    connections."""
+    from urllib.parse import unquote
+    from redis.sentinel import Sentinel
+    m = re.match(r"^(rediss?)\+sentinel://(?:([^@/]*)@)?([^/]+)/([^/]+)(?:/(\d+))?/?$", url)
+    if not m:
+        raise ValueError("not a redis+sentinel://[user[:password]@]host1:port1[,host2:port2...]/master-name[/db] URL")
+    scheme, userinfo, hosts, name, db = m.groups()
+    sentinels = []
+    for item in hosts.split(","):
+        if item.startswith("["):
+            h = item[1:item.index("]")]
+            rest = item[item.index("]") + 1:]
+            p = rest[1:] if rest.startswith(":") else ""
+        else:
+            h, _, p = item.partition(":")
+        sentinels.append((h, int(p) if p else 26379))
+    conn = dict(kwargs)
+    sentinel_kwargs = conn.pop("sentinel_kwargs", {}) or {}
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        if user:
+            conn.setdefault("username", unquote(user))
+        conn.setdefault("password", unquote(password))
+    if db:
+        conn.setdefault("db", int(db))
+    if scheme == "rediss":
+        conn.setdefault("ssl", True)
+        sentinel_kwargs = dict(sentinel_kwargs)
+        sentinel_kwargs.setdefault("ssl", True)
+    return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **conn).master_for(
+        unquote(name))
 
 
 def encode_name(name):
@@ -125,7 +186,7 @@ class Client:
     """Locks on one Redis server (any redis.Redis; thread-safe)."""
 
     def __init__(self, redis_client, prefix="rwlock", lease=30.0, lua_dir=None,
-                 subscribe_timeout=2.0):
+                 subscribe_timeout=2.0, wait_replicas=0, wait_replicas_timeout=0.1):
         if not prefix or "{" in prefix or "}" in prefix:
             raise ValueError("prefix must be non-empty and contain no braces")
         if lease <= 0:
@@ -134,13 +195,20 @@ class Client:
         self.prefix = prefix
         self.lease = float(lease)
         self.subscribe_timeout = subscribe_timeout
+        self.wait_replicas = int(wait_replicas)
+        self.wait_replicas_timeout = float(wait_replicas_timeout)
+        self._unacked_logged = 0.0
         self.owner_prefix = "py:%s:%d" % (socket.gethostname()[:40], os.getpid())
         self._scripts = {name: redis_client.register_script(body)
                          for name, body in load_scripts(lua_dir).items()}
 
     @classmethod
-    def from_url(cls, url, **kwargs):
-        return cls(redis.Redis.from_url(url), **kwargs)
+    def from_url(cls, url, redis_kwargs=None, **kwargs):
+        """redis://, rediss://, unix:// (redis-py's from_url) or
+        redis+sentinel:// / rediss+sentinel:// (sentinel_redis)."""
+        if "+sentinel://" in url.split("/", 3)[0] + "//":
+            return cls(sentinel_redis(url, **(redis_kwargs or {})), **kwargs)
+        return cls(redis.Redis.from_url(url, **(redis_kwargs or {})), **kwargs)
 
     def new_owner(self):
         """A fresh owner id: py:<hostname>:<pid>:<random>."""
@@ -167,9 +235,18 @@ class Client:
 
     # -- the protocol's calls -------------------------------------------------
 
-    def _run(self, script, name, args):
+    def _run(self, script, name, args, acked=False):
+        """Run a script; with acked and wait_replicas > 0, (reply, acks): a
+        WAIT follows the script in the same round trip."""
         keys = lock_keys(self.prefix, name)[:2]
         try:
+            if acked and self.wait_replicas > 0:
+                pipe = self.redis.pipeline(transaction=False)
+                self._scripts[script](keys=keys, args=args, client=pipe)
+                pipe.execute_command("WAIT", self.wait_replicas,
+                                     max(1, int(self.wait_replicas_timeout * 1000)))
+                reply, acks = pipe.execute()
+                return reply, int(acks)
             return self._scripts[script](keys=keys, args=args)
         except redis.exceptions.ResponseError as e:
             msg = str(e)
@@ -181,12 +258,20 @@ class Client:
 
     def _acquire(self, name, owner, mode, lease_ms, intent_ms):
         """(1, token) granted; (0, ms) busy, sleep at most ms; (-1, other)
-        upgrade conflict. The script answers the token (>= 0), -ms, or other."""
-        r = self._run("acquire", name, [
-            PROTOCOL_VERSION, owner, mode, lease_ms, intent_ms, KEEP_TOKEN_MS])
+        upgrade conflict; (-2, acks) granted but fewer than wait_replicas
+        replicas acknowledged it (the caller undoes it). The script answers
+        the token (>= 0), -ms, or other."""
+        args = [PROTOCOL_VERSION, owner, mode, lease_ms, intent_ms, KEEP_TOKEN_MS]
+        acks = None
+        if self.wait_replicas > 0:
+            r, acks = self._run("acquire", name, args, acked=True)
+        else:
+            r = self._run("acquire", name, args)
         if isinstance(r, bytes):
             return -1, r
         r = int(r)
+        if r >= 0 and acks is not None and acks < self.wait_replicas:
+            return -2, acks
         return (1, r) if r >= 0 else (0, -r)
 
     def _release(self, name, owner, keep, lease_ms=0):
@@ -194,8 +279,16 @@ class Client:
             PROTOCOL_VERSION, owner, keep, lease_ms, KEEP_TOKEN_MS]))
 
     def _renew(self, name, owner, lease_ms):
-        return int(self._run("renew", name, [
-            PROTOCOL_VERSION, owner, lease_ms, KEEP_TOKEN_MS]))
+        args = [PROTOCOL_VERSION, owner, lease_ms, KEEP_TOKEN_MS]
+        if self.wait_replicas > 0:
+            held, acks = self._run("renew", name, args, acked=True)
+            if acks < self.wait_replicas and time.monotonic() - self._unacked_logged > 10:
+                # Not a loss: the master has the renewal; the next asks again.
+                self._unacked_logged = time.monotonic()
+                log.warning("rwlock: a renewal of %r was acknowledged by %d of "
+                            "the %d replicas asked for", name, acks, self.wait_replicas)
+            return int(held)
+        return int(self._run("renew", name, args))
 
     def _subscribe(self, channel):
         """A PubSub listening on channel once Redis confirmed it, or None."""
@@ -290,7 +383,7 @@ class Lock:
 
     def try_acquire(self, wait=0.0):
         """Take the lock if it is free within `wait` s; True if taken."""
-        return self._take(self.mode, wait, upgrade=False)
+        return self._take(self.mode, wait, upgrade=False, is_try=True)
 
     def upgrade(self, timeout=None):
         """Holding the read lock, wait for the write lock too (until this
@@ -301,7 +394,7 @@ class Lock:
             raise RuntimeError("upgrade() needs a held read lock")
         return self._take("w", timeout, upgrade=True)
 
-    def _take(self, mode, timeout, upgrade):
+    def _take(self, mode, timeout, upgrade, is_try=False):
         if self._held and not upgrade:
             raise RuntimeError("%r is already held" % self)
         c = self.client
@@ -324,6 +417,20 @@ class Lock:
                     done = True
                     self._granted(mode, int(value), sent)
                     return True
+                if status == -2:
+                    # Granted, but too few replicas acknowledged it: undo.
+                    done = True
+                    try:
+                        c._release(self.name, self.owner, "r" if upgrade else "",
+                                   lease_ms)
+                    except redis.exceptions.RedisError:
+                        pass
+                    if is_try:
+                        log.warning("rwlock: %s", ReplicasNotAcknowledged(
+                            self.name, int(value), c.wait_replicas))
+                        return False
+                    raise ReplicasNotAcknowledged(self.name, int(value),
+                                                  c.wait_replicas)
                 if status == -1:
                     done = True
                     if withdraw:

@@ -723,8 +723,15 @@ rw_conn_ensure(RwConn *conn, RwError *err)
 	{
 		RwError		check;
 
+		/*
+		 * A short budget: the connection works, and sentinels that do not
+		 * answer must not stall every call. Asked again a period later.
+		 */
 		if (!rw_sentinel_resolve(&conn->node->ep,
-								 conn_deadline(rw_connect_timeout_ms), &check) &&
+								 conn_deadline(Min(Min(rw_connect_timeout_ms,
+													   rw_command_timeout_ms),
+												   RW_SENTINEL_CHECK_BUDGET_MS)),
+								 &check) &&
 			check.kind == RW_ERR_INTERRUPTED)
 		{
 			*err = check;

@@ -63,6 +63,7 @@
 #define RW_EXIT_BUDGET_MS	500		/* what backend exit may spend on Redis */
 #define RW_SENTINEL_RECHECK_MS 1000	/* a connection in use asks the sentinels
 										 * again this often (sentinel.c) */
+#define RW_SENTINEL_CHECK_BUDGET_MS 500	/* ... spending at most this */
 
 /* What a session holds of a lock; stronger modes compare greater. */
 typedef enum RwMode

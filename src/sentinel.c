@@ -25,8 +25,12 @@
  * failover that leaves the old master up and writable for a while (a
  * SENTINEL FAILOVER reconfigures it only seconds after the new master is
  * announced), without a subscription to +switch-master on every backend.
- * If no sentinel answers the check, the connection goes on being used:
- * ROLE was checked when it was made, and READONLY ends it.
+ * The check has a short budget (RW_SENTINEL_CHECK_BUDGET_MS, or less if
+ * rwlock.connect_timeout or rwlock.command_timeout is shorter): if no
+ * sentinel answers within it, the connection goes on being used (ROLE was
+ * checked when it was made, and READONLY ends it) and the sentinels are
+ * asked again a period later. Each check is a short connection to one
+ * sentinel: a busy backend makes about one a second.
  *
  * A sentinel is reached through redis_conn.c on a plain endpoint (a
  * temporary node) of its own: over TLS if the URL is rediss+sentinel://,

@@ -228,4 +228,28 @@ unless ($ENV{RW_DEBUG})
 	redis_start($dead_master);
 }
 
+# --- Sentinels that do not answer (all stopped) do not stall a session
+# whose connection works: the once-a-second check has a 500 ms budget.
+{
+	my $s = session($node);
+	sq($s, "SELECT redis_wlock('s6') > 0, redis_unlock('s6')");
+	my @pids;
+	for my $p (@{ $set->{sentinels} })
+	{
+		my $pid = slurp_file("$PostgreSQL::Test::Utils::tmp_check/sentinel$p/redis.pid");
+		chomp $pid;
+		push @pids, $pid;
+	}
+	kill 'STOP', @pids;
+	sleep 1.2;
+	my ($o, $e, $t) = sq($s, "SELECT redis_wlock('s6') > 0, redis_unlock('s6')");
+	my ($o2, $e2, $t2) = sq($s, "SELECT redis_wlock('s6') > 0, redis_unlock('s6')");
+	kill 'CONT', @pids;
+	is($o, 't|t', 'all sentinels stopped: a connected session still locks');
+	ok($t < 1.5, sprintf('within the check budget (%.3f s)', $t));
+	is($o2, 't|t', 'and the next call too');
+	ok($t2 < 0.5, sprintf('without asking again at once (%.3f s)', $t2));
+	diag sprintf('all sentinels stopped: lock + unlock took %.3f s, then %.3f s', $t, $t2);
+}
+
 done_testing();

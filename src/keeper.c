@@ -397,6 +397,7 @@ knode_get(const char *url)
 		MemoryContextSwitchTo(old);
 		return NULL;
 	}
+	rw_sentinel_attach(&k->node.ep);
 	k->node.cmd.node = &k->node;
 	k->seen = rw_now_ms();
 	k->next = knodes;

@@ -621,7 +621,9 @@ conn_pause(long ms)
  * reach its master: ask the sentinels (sentinel.c), connect to the address
  * they give and check ROLE; if it is not the master, or cannot be reached
  * (a failover under way: the sentinels still name the dead master), start
- * over after a short pause, until the deadline. Once connected at a new
+ * over after a short pause, until the deadline. The sentinels are asked
+ * through ep->resolve (sentinel.c's, attached by whoever made the node:
+ * this file never calls up the file map). Once connected at a new
  * address, the node's other connection, if still on the old one, is closed
  * (the subscriber would otherwise wait on a demoted master forever).
  */
@@ -636,7 +638,12 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 	{
 		RwNode	   *node = conn->node;
 
-		if (rw_sentinel_resolve(ep, deadline, err) &&
+		if (ep->resolve == NULL)
+		{
+			set_error(err, RW_ERR_CONNECT, "a Sentinel URL's node was made without its resolver");
+			return false;
+		}
+		if (ep->resolve(ep, deadline, err) &&
 			conn_connect_once(conn, deadline, err))
 		{
 			RwConn	   *other = conn == &node->cmd ? &node->sub : &node->cmd;
@@ -727,7 +734,8 @@ rw_conn_ensure(RwConn *conn, RwError *err)
 		 * A short budget: the connection works, and sentinels that do not
 		 * answer must not stall every call. Asked again a period later.
 		 */
-		if (!rw_sentinel_resolve(&conn->node->ep,
+		if (conn->node->ep.resolve != NULL &&
+			!conn->node->ep.resolve(&conn->node->ep,
 								 conn_deadline(Min(Min(rw_connect_timeout_ms,
 													   rw_command_timeout_ms),
 												   RW_SENTINEL_CHECK_BUDGET_MS)),

@@ -33,6 +33,7 @@ route_node_create(const char *spec)
 	/* The settings' check hooks accepted all of it already. */
 	if (!rw_parse_url(spec, &node->ep, &why))
 		elog(ERROR, "rwlock.redis_url became invalid: %s", why);
+	rw_sentinel_attach(&node->ep);
 	node->cmd.node = node;
 	node->sub.node = node;
 	node->sub.is_subscriber = true;

@@ -22,12 +22,13 @@
  *	  keeper.c     the background worker and its shared table; redis_locks
  *	  protocol.c   one C function per Lua script
  *	  scripts.c    the embedded scripts (lua_scripts.c) and EVALSHA/EVAL
+ *	  sentinel.c   where a Sentinel-monitored master is now: asks the
+ *	               sentinels, each through redis_conn.c on a plain
+ *	               endpoint; route.c and keeper.c attach it to a
+ *	               redis+sentinel:// endpoint (ep->resolve), which
+ *	               redis_conn.c calls when it connects to such a node
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
  *	               latch, deadlines, interrupts
- *	  sentinel.c   where a Sentinel-monitored master is now: asks the
- *	               sentinels (redis_conn.c asks it when it connects to such
- *	               a node; it talks to each sentinel through redis_conn.c
- *	               on a plain endpoint, which never asks it again)
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
  *	               reads and writes, what a failure means
  *	  guc.c        the rwlock.* settings; settings refused when the library
@@ -135,6 +136,8 @@ extern void rw_check_settings(void);
 
 /* ---- url.c ---- */
 
+struct RwError;				/* redis_conn.c's, below */
+
 /* Where a node is and how to connect to it, as parsed from its spec. */
 typedef struct RwEndpoint
 {
@@ -164,6 +167,9 @@ typedef struct RwEndpoint
 	int			sentinel_last;	/* the sentinel that answered last */
 	uint64		addr_gen;		/* bumped when the master's address changes */
 	int64		resolved_ms;	/* monotonic: when the sentinels last answered */
+	/* finds host and port: rw_sentinel_resolve, set by rw_sentinel_attach */
+	bool		(*resolve) (struct RwEndpoint *ep, int64 deadline,
+							struct RwError *err);
 	bool		is_sentinel;	/* this endpoint is a sentinel itself */
 } RwEndpoint;
 
@@ -254,8 +260,6 @@ extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
 extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
 
-/* ---- sentinel.c ---- */
-extern bool rw_sentinel_resolve(RwEndpoint *ep, int64 deadline, RwError *err);
 
 /* ---- tls.c ---- */
 typedef struct RwTls RwTls;
@@ -313,6 +317,10 @@ extern bool rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
 								redisReply **replies, int replicas,
 								int *acks, RwError *err);
 extern void rw_script_append_eval(RwConn *conn, RwScriptCall *call, void *tag);
+
+/* ---- sentinel.c ---- */
+extern void rw_sentinel_attach(RwEndpoint *ep);
+extern bool rw_sentinel_resolve(RwEndpoint *ep, int64 deadline, RwError *err);
 
 /* ---- protocol.c ---- */
 

@@ -20,7 +20,7 @@
  *
  * A connection that stays open is checked too: before it is used, if the
  * sentinels were last asked more than RW_SENTINEL_RECHECK_MS ago, they are
- * asked again (redis_conn.c's rw_conn_ensure), and the connection is
+ * asked again (redis_conn.c's rw_conn_ensure, through ep->resolve), and the connection is
  * closed and made again if the master moved. This is what follows a
  * failover that leaves the old master up and writable for a while (a
  * SENTINEL FAILOVER reconfigures it only seconds after the new master is
@@ -111,6 +111,18 @@ sentinel_ask(const RwEndpoint *ep, int i, int64 deadline, char **host,
 	}
 	rw_conn_close(&node.cmd);
 	return ok;
+}
+
+/*
+ * Make ep, if it is a redis+sentinel:// endpoint, find its master through
+ * the sentinels when redis_conn.c connects to it. Called by whoever makes a
+ * node (route.c, keeper.c), above this file and redis_conn.c both.
+ */
+void
+rw_sentinel_attach(RwEndpoint *ep)
+{
+	if (ep->sentinel)
+		ep->resolve = rw_sentinel_resolve;
 }
 
 /*

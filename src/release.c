@@ -340,6 +340,8 @@ rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 		return true;
 	if (!rw_conn_ensure(&node->cmd, err))
 		return false;
+	/* Had the connection been replaced, its records would be unsent now. */
+	release_read_node(node);
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
 		if (rec->node == node && !rec->sent)
 			release_append(rec);

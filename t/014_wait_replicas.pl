@@ -68,7 +68,19 @@ like($log, qr/a renewal of \d+ lease\(s\) was acknowledged by 0 of the 1 replica
 # --- A failover that loses a grant. The replicas are cut off
 # (REPLICAOF 127.0.0.1 1: the sentinels put them back only after
 # failover-timeout, 4 s), the grant is made, the master is killed: the
-# promoted replica lacks it.
+# promoted replica lacks it. They are attached again first and cut off only
+# just before the grant: Sentinel promotes no replica whose link has been
+# down for more than ten times down-after-milliseconds, and the part above
+# kept them cut off for longer than that.
+redis_cli($_, 'REPLICAOF', '127.0.0.1', $set->{master}) for @{ $set->{replicas} };
+my $attached = wait_until(
+	sub {
+		!grep { redis_cli($_, 'INFO', 'replication') !~ /master_link_status:up/ }
+		  @{ $set->{replicas} };
+	},
+	20);
+ok(defined $attached, 'the replicas are attached again before they are cut off');
+redis_cli($_, 'REPLICAOF', '127.0.0.1', '1') for @{ $set->{replicas} };
 sq($b, "SET rwlock.wait_replicas = 0");
 ($out, $err) = sq($b, "SELECT redis_wlock('lost0')");
 my $tok0 = $out;

@@ -130,14 +130,7 @@ sub tls_redis_start
 }
 
 # The state of a lock over TLS (info.lua): free, read or write.
-sub tls_lock_state
-{
-	my ($port, $prefix, $name) = @_;
-	my $out = tls_cli($port, '--eval', "$FindBin::RealBin/../lua/info.lua",
-		"$prefix:{$name}", "$prefix:{$name}:q", ',', '2');
-	my ($state) = split /\n/, $out;
-	return $state // '';
-}
+sub tls_lock_state { return lock_state(@_, \&tls_cli); }
 
 my $plain = redis_start();
 my $tls = tls_redis_start();

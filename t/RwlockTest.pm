@@ -158,8 +158,9 @@ sub wait_until
 # The state of a lock as Redis has it (info.lua, read-only): free, read, write.
 sub lock_state
 {
-	my ($port, $prefix, $name) = @_;
-	my $out = redis_cli($port, '--eval', "$FindBin::RealBin/../lua/info.lua",
+	my ($port, $prefix, $name, $cli) = @_;    # $cli: e.g. a TLS redis-cli
+	$cli //= \&redis_cli;
+	my $out = $cli->($port, '--eval', "$FindBin::RealBin/../lua/info.lua",
 		"$prefix:{$name}", "$prefix:{$name}:q", ',', '2');
 	my ($state) = split /\n/, $out;
 	return $state // '';

@@ -312,8 +312,9 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		RwError		err;
 		int			acks;
 
-		status = rw_proto_acquire(&node->cmd, keys, mode, rw_lease_ms, intent,
-								  &result, &other, &acks, &err);
+		status = rw_proto_acquire(&node->cmd, keys, mode, held_mode,
+								  rw_lease_ms, intent, &result, &other,
+								  &acks, &err);
 		if (status == RW_GRANTED)
 		{
 			*token = result;

@@ -302,7 +302,9 @@ for my $kind ('flush', 'restart', 'restart+relock')
 	my ($got, $gerr, $gsecs) = @early ? @early : sq_wait($s2, 12);
 	my $after = defined $gsecs ? $started + $gsecs - $committed : undef;
 	is($got, 't', "$label: session 2 gets $name") or diag "$label: " . ($gerr // 'still waiting');
-	ok(defined $after && $after < 0.5, "$label: within 0.5 s of session 1's COMMIT");
+	# Left to its lease, it would take 6 s; 2 s leaves room for a slow,
+	# shared machine (typically 0.01 to 0.3 s).
+	ok(defined $after && $after < 2, "$label: within 2 s of session 1's COMMIT, not its 6 s lease");
 	diag sprintf('%s: session 2 got %s %s after the COMMIT (lease 6 s)', $label, $name,
 		defined $after ? sprintf('%.3f s', $after) : 'not even 12 s');
 	sleep 0.3;

@@ -1,0 +1,344 @@
+"""The asyncio client: AsyncClient and AsyncLock on redis.asyncio (Redis,
+Sentinel(...).master_for(...)). Same protocol, same waiting algorithm
+(rwlock_client._protocol.take_plan) and the same owed-release rule as the
+synchronous client; renewal is an asyncio task per held lock.
+
+    import redis.asyncio as aredis
+    from rwlock_client.aio import AsyncClient
+
+    locks = AsyncClient(aredis.Redis())
+    async with locks.write_lock("invoice:42", timeout=10) as lk:
+        await save(data, fencing_token=lk.token)
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import Any, Awaitable, Callable, Dict, Optional, Sequence, Union
+
+import redis
+import redis.asyncio as aredis
+
+from . import _protocol as p
+from ._protocol import PROTOCOL_VERSION, Acquire, ProtocolVersionError, Release, Sleep, Subscribe
+from ._sync import Call, LockState, ScriptRunner
+
+log = logging.getLogger("rwlock_client")
+
+OnLost = Callable[["AsyncLock"], Union[None, Awaitable[None]]]
+
+__all__ = ["AsyncClient", "AsyncLock", "sentinel_redis"]
+
+
+def sentinel_redis(url: str, **kwargs: Any) -> "aredis.Redis":
+    """redis.asyncio's master of a redis+sentinel:// URL (see
+    rwlock_client.sentinel_redis)."""
+    from redis.asyncio.sentinel import Sentinel
+    sentinels, sentinel_kwargs, conn, name = p.parse_sentinel_url(url, kwargs)
+    return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **conn).master_for(name)
+
+
+class AsyncClient(ScriptRunner):
+    """Locks on one Redis service through a redis.asyncio client. Arguments
+    as rwlock_client.Client."""
+
+    def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
+                 lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
+                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1) -> None:
+        if lease <= 0:
+            raise ValueError("lease must be positive")
+        super().__init__(redis_client, prefix, lua_dir, wait_replicas,
+                         wait_replicas_timeout)
+        self.lease = float(lease)
+        self.subscribe_timeout = subscribe_timeout
+        self.owner_prefix = p.owner_prefix()
+
+    @classmethod
+    def from_url(cls, url: str, redis_kwargs: Optional[dict] = None,
+                 **kwargs: Any) -> "AsyncClient":
+        if p.is_sentinel_url(url):
+            return cls(sentinel_redis(url, **(redis_kwargs or {})), **kwargs)
+        return cls(aredis.Redis.from_url(url, **(redis_kwargs or {})), **kwargs)
+
+    def new_owner(self) -> str:
+        return p.new_owner(self.owner_prefix)
+
+    def write_lock(self, name: str, lease: Optional[float] = None,
+                   timeout: Optional[float] = None,
+                   on_lost: Optional[OnLost] = None) -> "AsyncLock":
+        return AsyncLock(self, name, "w", lease, timeout, on_lost)
+
+    def read_lock(self, name: str, lease: Optional[float] = None,
+                  timeout: Optional[float] = None,
+                  on_lost: Optional[OnLost] = None) -> "AsyncLock":
+        return AsyncLock(self, name, "r", lease, timeout, on_lost)
+
+    async def info(self, name: str) -> Dict[str, Any]:
+        return p.parse_info(await self._run("info", name, [PROTOCOL_VERSION]))
+
+    # -- the protocol's calls -------------------------------------------------
+
+    async def _run(self, script: str, name: str, args: Sequence[Any]) -> Any:
+        try:
+            return await self._scripts[script](keys=self._keys(name), args=args)
+        except redis.exceptions.ResponseError as e:
+            raise p.version_error(name, e) or e
+
+    async def _pipeline(self, name: str, calls: Sequence[Call], wait: bool):
+        for attempt in (0, 1):
+            pipe = self.redis.pipeline(transaction=False)
+            self._fill(pipe, name, calls, wait)
+            replies = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and self._noscript(replies):
+                for s in self._scripts.values():
+                    await self.redis.script_load(s.script)
+                continue
+            return self._checked(name, replies, wait)
+
+    async def _acquire(self, name: str, owner: str, mode: str, lease_ms: int,
+                       intent_ms: int, upgrade: bool = False):
+        args = p.acquire_args(owner, mode, lease_ms, intent_ms, upgrade)
+        calls, owners = self._owed_calls(name)
+        wait = self.wait_replicas > 0
+        if calls or wait:
+            replies, acks = await self._pipeline(name, calls + [("acquire", args)], wait)
+            self._owed.done(name, owners)
+            reply = replies[-1]
+        else:
+            reply, acks = await self._run("acquire", name, args), None
+        return p.acquire_outcome(reply, acks, self.wait_replicas)
+
+    async def _release(self, name: str, owner: str, keep: str, lease_ms: int = 0) -> int:
+        try:
+            held = int(await self._run("release", name,
+                                       p.release_args(owner, keep, lease_ms)))
+        except ProtocolVersionError:
+            raise
+        except BaseException:
+            self._owed.add(name, owner, keep, lease_ms)
+            raise
+        if keep == "":
+            self._owed.done(name, [owner])
+        return held
+
+    async def _renew(self, name: str, owner: str, lease_ms: int) -> int:
+        args = p.renew_args(owner, lease_ms)
+        if self.wait_replicas > 0:
+            (held,), acks = await self._pipeline(name, [("renew", args)], True)
+            self._log_unacked_renewal(name, acks)
+            return int(held)
+        return int(await self._run("renew", name, args))
+
+    async def _subscribe(self, channel: str):
+        ps = self.redis.pubsub()
+        try:
+            await ps.subscribe(channel)
+            end = time.monotonic() + self.subscribe_timeout
+            while time.monotonic() < end:
+                m = await ps.get_message(timeout=end - time.monotonic())
+                if m and p.text(m["type"]) == "subscribe" and p.text(m["channel"]) == channel:
+                    return ps
+        except redis.exceptions.RedisError as e:
+            log.debug("rwlock: subscribing to %s failed: %s", channel, e)
+        await _close(ps)
+        return None
+
+
+async def _close(ps: Any) -> None:
+    try:
+        await ps.reset()
+    except Exception:
+        pass
+
+
+async def _wait_message(ps: Any, channel: str, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        m = await ps.get_message(timeout=left)
+        if m and p.text(m["type"]) == "message" and p.text(m["channel"]) == channel:
+            return True
+
+
+class AsyncLock(LockState):
+    """One holder's read or write lock on one name, for asyncio. Same
+    properties as rwlock_client.Lock; one task at a time."""
+
+    def __init__(self, client: AsyncClient, name: str, mode: str,
+                 lease: Optional[float] = None, timeout: Optional[float] = None,
+                 on_lost: Optional[OnLost] = None) -> None:
+        super().__init__(client, name, mode, lease, timeout, on_lost)
+        self._mutex = asyncio.Lock()
+        self._stop: Optional[asyncio.Event] = None
+        self._task: Optional[asyncio.Task] = None
+
+    async def acquire(self, timeout: Optional[float] = None) -> int:
+        """Wait for the lock (forever, or up to timeout s); the fencing token.
+        Raises LockTimeout when the time runs out."""
+        if not await self._take(self.mode, timeout, upgrade=False):
+            raise self._timeout_error(timeout)
+        assert self.token is not None
+        return self.token
+
+    async def try_acquire(self, wait: float = 0.0) -> bool:
+        return await self._take(self.mode, wait, upgrade=False, is_try=True)
+
+    async def upgrade(self, timeout: Optional[float] = None) -> bool:
+        return await self._take("w", timeout, upgrade=True)
+
+    async def _take(self, mode: str, timeout: Optional[float], upgrade: bool,
+                    is_try: bool = False) -> bool:
+        self._check_take(upgrade)
+        c = self.client
+        lease_ms = p.ms(self.lease)
+        intent_ms = p.INTENT_MS if timeout is None or timeout > 0 else 0
+        channel = self._channel_for(mode)
+        ps = None
+
+        def granted(token: int, sent: float) -> None:
+            self._set_granted(mode, token, sent)
+            if self._task is None or self._task.done():
+                self._stop = asyncio.Event()
+                self._task = asyncio.get_running_loop().create_task(
+                    self._renew_loop(self._stop))
+
+        async def step(s: p.Step) -> Any:
+            nonlocal ps
+            if isinstance(s, Acquire):
+                return await c._acquire(self.name, self.owner, mode, lease_ms,
+                                        intent_ms, upgrade)
+            if isinstance(s, Release):
+                return await c._release(self.name, self.owner, s.keep, lease_ms)
+            if isinstance(s, Subscribe):
+                ps = await c._subscribe(channel)
+                return ps is not None
+            assert isinstance(s, Sleep)
+            if not s.subscribed:
+                await asyncio.sleep(max(0.0, s.seconds))
+                return True
+            try:
+                await _wait_message(ps, channel, s.seconds)
+                return True
+            except redis.exceptions.RedisError:
+                await _close(ps)
+                ps = None
+                return False
+
+        try:
+            return await adrive(p.take_plan(self.name, mode, timeout, upgrade, is_try,
+                                            c.wait_replicas, granted), step)
+        finally:
+            if ps is not None:
+                await _close(ps)
+
+    async def renew(self) -> bool:
+        async with self._mutex:
+            if not self._held:
+                raise RuntimeError("%r is not held" % self)
+            return await self._renew_locked()
+
+    async def _renew_locked(self) -> bool:
+        if self._lost:
+            return False
+        sent = time.monotonic()
+        if await self.client._renew(self.name, self.owner, p.ms(self.lease)) == 1:
+            self._valid_until = sent + self.lease
+            return True
+        self._lost = True
+        return False
+
+    async def _renew_loop(self, stop: asyncio.Event) -> None:
+        interval = self.lease / 3.0
+        wait = interval
+        while True:
+            try:
+                await asyncio.wait_for(stop.wait(), wait)
+                return
+            except asyncio.TimeoutError:
+                pass
+            async with self._mutex:
+                if stop.is_set() or not self._held:
+                    return
+                try:
+                    ok = await self._renew_locked()
+                    wait = interval
+                except ProtocolVersionError as e:
+                    log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                    self._lost, ok = True, False
+                except redis.exceptions.RedisError as e:
+                    log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                    ok = True
+                    wait = min(interval, 1.0)
+            if not ok:
+                log.warning("rwlock: lock %r (owner %s) was lost", self.name, self.owner)
+                if self.on_lost is not None:
+                    try:
+                        r = self.on_lost(self)
+                        if inspect.isawaitable(r):
+                            await r
+                    except Exception:
+                        log.exception("rwlock: on_lost callback failed")
+                return
+
+    async def release(self) -> bool:
+        """As Lock.release()."""
+        return await self._drop("")
+
+    async def downgrade(self) -> bool:
+        """As Lock.downgrade()."""
+        return await self._drop("r")
+
+    async def _drop(self, keep: str) -> bool:
+        self._check_drop(keep)
+        if not keep:
+            self._stop_renewing()
+        async with self._mutex:
+            lost = self._lost
+            sent = time.monotonic()
+            try:
+                held = await self.client._release(self.name, self.owner, keep,
+                                                  p.ms(self.lease))
+            except BaseException:
+                # Owed now; the lease is the backstop: stop renewing, forget it.
+                self._held = False
+                self._stop_renewing()
+                raise
+            self._set_released(keep, held, sent)
+        if not self._held:
+            self._stop_renewing()
+            task, self._task = self._task, None
+            if task is not None and task is not asyncio.current_task():
+                await task
+        return held == 1 and not lost
+
+    def _stop_renewing(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    async def __aenter__(self) -> "AsyncLock":
+        await self.acquire(self.timeout)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool:
+        if self._held and not await self.release():
+            log.warning("rwlock: lock %r was lost before it was released", self.name)
+        return False
+
+
+async def adrive(gen, step: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Run a take_plan generator with the asynchronous step()."""
+    try:
+        s = next(gen)
+        while True:
+            try:
+                r = await step(s)
+            except BaseException as e:
+                s = gen.throw(e)
+            else:
+                s = gen.send(r)
+    except StopIteration as stop:
+        return stop.value

@@ -5,7 +5,8 @@
 set -euo pipefail
 pkgs="build-essential postgresql-15 postgresql-server-dev-15 libhiredis-dev
       redis-server redis-tools libipc-run-perl python3-redis python3-psycopg2
-      gnuplot-nox iproute2 faketime pgbouncer libssl-dev openssl"
+      gnuplot-nox iproute2 faketime pgbouncer libssl-dev openssl
+      python3-venv python3-setuptools python3-pip"
 need=""
 for p in $pkgs; do
   dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
@@ -15,6 +16,15 @@ if [ -n "$need" ]; then
   apt-get update -qq
   apt-get install -y -qq $need >/dev/null
 fi
+# The Node client (clients/node) and its compliance agent: node and npm,
+# from the image if there, else Debian's; its dependencies (ioredis) as
+# package-lock.json pins them.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq nodejs npm >/dev/null
+fi
+(cd "$(dirname "$0")/../clients/node" && npm ci --no-audit --no-fund --loglevel=error)
 # Debian starts its own Redis and pgbouncer on install; ours are started by
 # the scripts.
 for svc in redis-server pgbouncer; do

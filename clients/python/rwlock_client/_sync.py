@@ -2,6 +2,7 @@
 Sentinel(...).master_for(...), redis.cluster.RedisCluster)."""
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -102,6 +103,7 @@ class Client(ScriptRunner):
         self.lease = float(lease)
         self.subscribe_timeout = subscribe_timeout
         self.owner_prefix = p.owner_prefix()
+        self._renewer = Renewer()
 
     @classmethod
     def from_url(cls, url: str, redis_kwargs: Optional[dict] = None,
@@ -219,6 +221,44 @@ def _wait_message(ps: Any, channel: str, timeout: float) -> bool:
             return True
 
 
+class Renewer:
+    """One daemon thread per Client renews every held Lock of it when due
+    (a thread per hold would cost more than the lock itself)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: List[Tuple[float, int, "Lock"]] = []
+        self._seq = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def schedule(self, lock: "Lock", delay: float) -> None:
+        with self._cond:
+            self._seq += 1
+            lock._renew_seq = self._seq
+            due = time.monotonic() + delay
+            first = not self._heap or due < self._heap[0][0]
+            heapq.heappush(self._heap, (due, self._seq, lock))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="rwlock-renew")
+                self._thread.start()
+            if first:
+                self._cond.notify()     # else it wakes up earlier anyway
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        _, seq, lock = heapq.heappop(self._heap)
+                        if seq == lock._renew_seq:
+                            break               # else: cancelled or rescheduled
+                        continue
+                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
+            lock._renew_due(self)
+
+
 class LockState:
     """What a holder knows of its hold, shared by Lock and AsyncLock."""
 
@@ -306,8 +346,7 @@ class Lock(LockState):
                  on_lost: Optional[Callable[["Lock"], Any]] = None) -> None:
         super().__init__(client, name, mode, lease, timeout, on_lost)
         self._mutex = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._renew_seq = 0     # the Renewer's entry for this hold; 0: none
 
     # -- acquiring ----------------------------------------------------------
 
@@ -377,11 +416,7 @@ class Lock(LockState):
     def _granted(self, mode: str, token: int, sent: float) -> None:
         with self._mutex:
             self._set_granted(mode, token, sent)
-            self._stop.clear()
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._renew_loop, daemon=True,
-                                            name="rwlock-renew %s" % self.name)
-            self._thread.start()
+            self.client._renewer.schedule(self, self.lease / 3.0)
 
     # -- renewing -----------------------------------------------------------
 
@@ -403,33 +438,32 @@ class Lock(LockState):
         self._lost = True
         return False
 
-    def _renew_loop(self) -> None:
+    def _renew_due(self, renewer: Renewer) -> None:
+        """The Renewer's call, every third of the lease while held."""
         interval = self.lease / 3.0
-        wait = interval
-        while not self._stop.wait(wait):
-            with self._mutex:
-                if self._stop.is_set() or not self._held:
-                    return
-                try:
-                    ok = self._renew_locked()
-                    wait = interval
-                except ProtocolVersionError as e:
-                    log.warning("rwlock: renewing %r failed: %s", self.name, e)
-                    self._lost, ok = True, False
-                except redis.exceptions.RedisError as e:
-                    # Keep trying, sooner; `lost` turns true by itself once the
-                    # lease has run out by our clock.
-                    log.warning("rwlock: renewing %r failed: %s", self.name, e)
-                    ok = True
-                    wait = min(interval, 1.0)
-            if not ok:
-                log.warning("rwlock: lock %r (owner %s) was lost", self.name, self.owner)
-                if self.on_lost is not None:
-                    try:
-                        self.on_lost(self)
-                    except Exception:
-                        log.exception("rwlock: on_lost callback failed")
+        with self._mutex:
+            if not self._held or self._renew_seq == 0:
                 return
+            try:
+                ok = self._renew_locked()
+                if ok:
+                    renewer.schedule(self, interval)
+            except ProtocolVersionError as e:
+                log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                self._lost, ok = True, False
+            except redis.exceptions.RedisError as e:
+                # Keep trying, sooner; `lost` turns true by itself once the
+                # lease has run out by our clock.
+                log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                renewer.schedule(self, min(interval, 1.0))
+                return
+        if not ok:
+            log.warning("rwlock: lock %r (owner %s) was lost", self.name, self.owner)
+            if self.on_lost is not None:
+                try:
+                    self.on_lost(self)
+                except Exception:
+                    log.exception("rwlock: on_lost callback failed")
 
     # -- releasing ----------------------------------------------------------
 
@@ -448,24 +482,19 @@ class Lock(LockState):
 
     def _drop(self, keep: str) -> bool:
         self._check_drop(keep)
-        if not keep:
-            self._stop.set()
-        with self._mutex:
+        with self._mutex:     # a renewal in flight ends first; none after
             lost = self._lost
             sent = time.monotonic()
             try:
                 held = self.client._release(self.name, self.owner, keep, p.ms(self.lease))
             except BaseException:
                 # Owed now; the lease is the backstop: stop renewing, forget it.
-                self._stop.set()
                 self._held = False
+                self._renew_seq = 0
                 raise
             self._set_released(keep, held, sent)
             if not self._held:
-                self._stop.set()
-        t = self._thread
-        if not self._held and t is not None and t is not threading.current_thread():
-            t.join()
+                self._renew_seq = 0
         return held == 1 and not lost
 
     # -- context manager ------------------------------------------------------

@@ -173,8 +173,8 @@ class AsyncLock(LockState):
                  on_lost: Optional[OnLost] = None) -> None:
         super().__init__(client, name, mode, lease, timeout, on_lost)
         self._mutex = asyncio.Lock()
-        self._stop: Optional[asyncio.Event] = None
-        self._task: Optional[asyncio.Task] = None
+        self._timer: Optional[asyncio.TimerHandle] = None   # the next renewal
+        self._renewing: Optional[asyncio.Task] = None
 
     async def acquire(self, timeout: Optional[float] = None) -> int:
         """Wait for the lock (forever, or up to timeout s); the fencing token.
@@ -201,10 +201,7 @@ class AsyncLock(LockState):
 
         def granted(token: int, sent: float) -> None:
             self._set_granted(mode, token, sent)
-            if self._task is None or self._task.done():
-                self._stop = asyncio.Event()
-                self._task = asyncio.get_running_loop().create_task(
-                    self._renew_loop(self._stop))
+            self._schedule(self.lease / 3.0)
 
         async def step(s: p.Step) -> Any:
             nonlocal ps
@@ -251,38 +248,48 @@ class AsyncLock(LockState):
         self._lost = True
         return False
 
-    async def _renew_loop(self, stop: asyncio.Event) -> None:
+    def _schedule(self, delay: float) -> None:
+        """Renew in `delay` s (a timer, not a task per hold: cheaper)."""
+        self._cancel_renewal()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(delay, self._start_renewal)
+
+    def _start_renewal(self) -> None:
+        # Referenced until done: the loop keeps only weak references to tasks.
+        self._renewing = asyncio.get_running_loop().create_task(self._renew_due())
+
+    def _cancel_renewal(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def _renew_due(self) -> None:
         interval = self.lease / 3.0
-        wait = interval
-        while True:
+        async with self._mutex:
+            if not self._held:
+                return
             try:
-                await asyncio.wait_for(stop.wait(), wait)
+                ok = await self._renew_locked()
+                if ok:
+                    self._schedule(interval)
+            except ProtocolVersionError as e:
+                log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                self._lost, ok = True, False
+            except redis.exceptions.RedisError as e:
+                # Keep trying, sooner; `lost` turns true by itself once the
+                # lease has run out by our clock.
+                log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                self._schedule(min(interval, 1.0))
                 return
-            except asyncio.TimeoutError:
-                pass
-            async with self._mutex:
-                if stop.is_set() or not self._held:
-                    return
+        if not ok:
+            log.warning("rwlock: lock %r (owner %s) was lost", self.name, self.owner)
+            if self.on_lost is not None:
                 try:
-                    ok = await self._renew_locked()
-                    wait = interval
-                except ProtocolVersionError as e:
-                    log.warning("rwlock: renewing %r failed: %s", self.name, e)
-                    self._lost, ok = True, False
-                except redis.exceptions.RedisError as e:
-                    log.warning("rwlock: renewing %r failed: %s", self.name, e)
-                    ok = True
-                    wait = min(interval, 1.0)
-            if not ok:
-                log.warning("rwlock: lock %r (owner %s) was lost", self.name, self.owner)
-                if self.on_lost is not None:
-                    try:
-                        r = self.on_lost(self)
-                        if inspect.isawaitable(r):
-                            await r
-                    except Exception:
-                        log.exception("rwlock: on_lost callback failed")
-                return
+                    r = self.on_lost(self)
+                    if inspect.isawaitable(r):
+                        await r
+                except Exception:
+                    log.exception("rwlock: on_lost callback failed")
 
     async def release(self) -> bool:
         """As Lock.release()."""
@@ -294,9 +301,8 @@ class AsyncLock(LockState):
 
     async def _drop(self, keep: str) -> bool:
         self._check_drop(keep)
-        if not keep:
-            self._stop_renewing()
-        async with self._mutex:
+        self._cancel_renewal()
+        async with self._mutex:     # a renewal in flight ends first; none after
             lost = self._lost
             sent = time.monotonic()
             try:
@@ -305,19 +311,11 @@ class AsyncLock(LockState):
             except BaseException:
                 # Owed now; the lease is the backstop: stop renewing, forget it.
                 self._held = False
-                self._stop_renewing()
                 raise
             self._set_released(keep, held, sent)
-        if not self._held:
-            self._stop_renewing()
-            task, self._task = self._task, None
-            if task is not None and task is not asyncio.current_task():
-                await task
+            if self._held:
+                self._schedule(self.lease / 3.0)
         return held == 1 and not lost
-
-    def _stop_renewing(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
 
     async def __aenter__(self) -> "AsyncLock":
         await self.acquire(self.timeout)

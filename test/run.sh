@@ -2,7 +2,8 @@
 # run.sh: every test suite. Starts a Redis on 127.0.0.1:6379 and a throw-away
 # PostgreSQL cluster (pg_virtualenv), builds and installs the extension, runs
 # pg_regress and the isolation specs through `make installcheck`, then the
-# protocol test, the client packages (test/packages.sh), the compliance suite
+# protocol test, the client packages (test/packages.sh), both clients on a
+# Redis Cluster (test/clients_cluster.sh, 6410-6412), the compliance suite
 # of the clients with SQL sessions (test/cross_test.py for the Python client,
 # test/compliance/driver.py node for the Node client, which needs
 # clients/node/node_modules: `npm ci`, done by tools/install-deps.sh; each its
@@ -28,6 +29,7 @@ if [ ! -d clients/node/node_modules/ioredis ]; then
     echo "clients/node: npm ci failed (no registry?); run tools/install-deps.sh"
 fi
 bash test/packages.sh || status=1
+bash test/clients_cluster.sh || status=1
 pg_virtualenv -t /usr/bin/python3 test/cross_test.py || status=1
 pg_virtualenv -t /usr/bin/python3 test/compliance/driver.py node || status=1
 pg_virtualenv -t /usr/bin/python3 test/load.py || status=1

@@ -2,6 +2,7 @@
 Sentinel(...).master_for(...), redis.cluster.RedisCluster)."""
 from __future__ import annotations
 
+import hashlib
 import heapq
 import logging
 import threading
@@ -17,6 +18,15 @@ from ._protocol import (GRANTED, PROTOCOL_VERSION, Acquire, LockTimeout,
 log = logging.getLogger("rwlock_client")
 
 Call = Tuple[str, Sequence[Any]]
+
+
+def _is_cluster(client: Any) -> bool:
+    try:
+        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    except ImportError:                 # redis-py without it
+        AsyncRedisCluster = ()
+    from redis.cluster import RedisCluster
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))
 
 
 def sentinel_redis(url: str, **kwargs: Any) -> "redis.Redis":
@@ -43,7 +53,18 @@ class ScriptRunner:
         self.wait_replicas = int(wait_replicas)
         self.wait_replicas_timeout = float(wait_replicas_timeout)
         self._bodies = p.load_scripts(lua_dir)
-        self._scripts = {n: redis_client.register_script(b) for n, b in self._bodies.items()}
+        # EVALSHA by our own SHA1s (not register_script: redis-py 4.3's
+        # Script does not work on RedisCluster).
+        self._shas = {n: hashlib.sha1(b.encode("utf-8")).hexdigest()
+                      for n, b in self._bodies.items()}
+        # RedisCluster's pipelines refuse EVALSHA (redis-py 4.3): owed
+        # releases then go first, each waited for, and WAIT is not offered.
+        self._pipelines = not _is_cluster(redis_client)
+        if self.wait_replicas > 0 and not self._pipelines:
+            raise ValueError("wait_replicas needs a client with pipelines (not RedisCluster)")
+        # On a cluster, redis-py logs every NOSCRIPT with a traceback: load
+        # the scripts on all primaries before the first call instead.
+        self._preload = not self._pipelines
         self._owed = p.OwedReleases()
         self._unacked_logged = 0.0
 
@@ -53,7 +74,7 @@ class ScriptRunner:
     def _fill(self, pipe: Any, name: str, calls: Sequence[Call], wait: bool) -> None:
         keys = self._keys(name)
         for script, args in calls:
-            pipe.evalsha(self._scripts[script].sha, 2, *keys, *args)
+            pipe.evalsha(self._shas[script], 2, *keys, *args)
         if wait:
             pipe.execute_command("WAIT", self.wait_replicas,
                                  max(1, int(self.wait_replicas_timeout * 1000)))
@@ -137,8 +158,16 @@ class Client(ScriptRunner):
     # -- the protocol's calls -------------------------------------------------
 
     def _run(self, script: str, name: str, args: Sequence[Any]) -> Any:
+        keys = self._keys(name)
+        if self._preload:
+            for body in self._bodies.values():
+                self.redis.script_load(body)
+            self._preload = False
         try:
-            return self._scripts[script](keys=self._keys(name), args=args)
+            try:
+                return self.redis.evalsha(self._shas[script], 2, *keys, *args)
+            except redis.exceptions.NoScriptError:
+                return self.redis.eval(self._bodies[script], 2, *keys, *args)
         except redis.exceptions.ResponseError as e:
             raise p.version_error(name, e) or e
 
@@ -150,8 +179,8 @@ class Client(ScriptRunner):
             self._fill(pipe, name, calls, wait)
             replies = pipe.execute(raise_on_error=False)
             if attempt == 0 and self._noscript(replies):
-                for s in self._scripts.values():
-                    self.redis.script_load(s.script)
+                for body in self._bodies.values():
+                    self.redis.script_load(body)
                 continue
             return self._checked(name, replies, wait)
 
@@ -160,6 +189,10 @@ class Client(ScriptRunner):
         args = p.acquire_args(owner, mode, lease_ms, intent_ms, upgrade)
         calls, owners = self._owed_calls(name)
         wait = self.wait_replicas > 0
+        if calls and not self._pipelines:
+            for owner_, keep, lease in self._owed.get(name):
+                self._release(name, owner_, keep, lease)   # each answered first
+            calls = []
         if calls or wait:
             # Owed releases of this name go first on the same connection.
             replies, acks = self._pipeline(name, calls + [("acquire", args)], wait)

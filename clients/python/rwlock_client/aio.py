@@ -81,8 +81,16 @@ class AsyncClient(ScriptRunner):
     # -- the protocol's calls -------------------------------------------------
 
     async def _run(self, script: str, name: str, args: Sequence[Any]) -> Any:
+        keys = self._keys(name)
+        if self._preload:
+            for body in self._bodies.values():
+                await self.redis.script_load(body)
+            self._preload = False
         try:
-            return await self._scripts[script](keys=self._keys(name), args=args)
+            try:
+                return await self.redis.evalsha(self._shas[script], 2, *keys, *args)
+            except redis.exceptions.NoScriptError:
+                return await self.redis.eval(self._bodies[script], 2, *keys, *args)
         except redis.exceptions.ResponseError as e:
             raise p.version_error(name, e) or e
 
@@ -92,8 +100,8 @@ class AsyncClient(ScriptRunner):
             self._fill(pipe, name, calls, wait)
             replies = await pipe.execute(raise_on_error=False)
             if attempt == 0 and self._noscript(replies):
-                for s in self._scripts.values():
-                    await self.redis.script_load(s.script)
+                for body in self._bodies.values():
+                    await self.redis.script_load(body)
                 continue
             return self._checked(name, replies, wait)
 
@@ -102,6 +110,10 @@ class AsyncClient(ScriptRunner):
         args = p.acquire_args(owner, mode, lease_ms, intent_ms, upgrade)
         calls, owners = self._owed_calls(name)
         wait = self.wait_replicas > 0
+        if calls and not self._pipelines:
+            for owner_, keep, lease in self._owed.get(name):
+                await self._release(name, owner_, keep, lease)   # each answered first
+            calls = []
         if calls or wait:
             replies, acks = await self._pipeline(name, calls + [("acquire", args)], wait)
             self._owed.done(name, owners)

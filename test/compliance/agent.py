@@ -69,6 +69,14 @@ class Agent:
         return {"held": lk.held, "lost": lk.lost, "token": lk.token,
                 "lost_events": self.lost.get(req["lock"], 0), "mode": lk.mode}
 
+    def local(self, req, client):
+        """The answer to a request that makes no Redis call, else None."""
+        if req["op"] in ("new", "state"):
+            return getattr(self, req["op"])(req)
+        if req["op"] == "hello":
+            return {"client": client}
+        return None
+
     def call(self, req):
         """(method, args) of the lock call a request asks for, or None."""
         op = req["op"]
@@ -100,11 +108,8 @@ def run_sync(url, prefix):
     def handle(req):
         start = time.monotonic_ns()
         try:
-            if req["op"] in ("new", "state"):
-                res = getattr(agent, req["op"])(req)
-            elif req["op"] == "hello":
-                res = {"client": "python"}
-            else:
+            res = agent.local(req, "python")
+            if res is None:
                 fn, args = agent.call(req)
                 res = answer(req, fn(*args))
             emit(dict(res, id=req["id"], ok=True), start)
@@ -134,11 +139,8 @@ async def run_async(url, prefix):
     async def handle(req):
         start = time.monotonic_ns()
         try:
-            if req["op"] in ("new", "state"):
-                res = getattr(agent, req["op"])(req)
-            elif req["op"] == "hello":
-                res = {"client": "python-async"}
-            else:
+            res = agent.local(req, "python-async")
+            if res is None:
                 fn, args = agent.call(req)
                 res = answer(req, await fn(*args))
             emit(dict(res, id=req["id"], ok=True), start)

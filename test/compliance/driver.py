@@ -405,13 +405,17 @@ class Suite:
             lat.append((bg.done_ns - released["start"]) / 1e6)
             toks.append(bg.result)
             q(s1, "SELECT redis_unlock(%s)", name)
-        self.check("SQL waiters all woke and got the lock",
+        self._handoff_report("to_sql", "SQL waiters", "client release() called -> SQL "
+                             "redis_wlock returns", "client -> SQL", lat, bad)
+
+    def _handoff_report(self, key, waiters, what, short, lat, bad):
+        self.check("%s all woke and got the lock" % waiters,
                    bad == 0 and len(lat) == ROUNDS, "(%d problems)" % bad)
         if lat:
-            self.res.note(latency_line("client release() called -> SQL redis_wlock returns", lat))
-            self.figures["to_sql"] = lat
+            self.res.note(latency_line(what, lat))
+            self.figures[key] = lat
             p50 = statistics.median(lat)
-            self.check("hand-off client -> SQL p50 <= %.0f ms" % HANDOFF_P50_MAX_MS,
+            self.check("hand-off %s p50 <= %.0f ms" % (short, HANDOFF_P50_MAX_MS),
                        p50 <= HANDOFF_P50_MAX_MS, "(p50 %.2f ms)" % p50)
 
     # wake-up latency, SQL -> client
@@ -436,14 +440,8 @@ class Suite:
             lat.append((reply["mono"] - unlocked) / 1e6)
             toks.append(reply["token"])
             w.release()
-        self.check("client waiters all woke and got the lock",
-                   bad == 0 and len(lat) == ROUNDS, "(%d problems)" % bad)
-        if lat:
-            self.res.note(latency_line("SQL redis_unlock() called -> client acquire() returns", lat))
-            self.figures["from_sql"] = lat
-            p50 = statistics.median(lat)
-            self.check("hand-off SQL -> client p50 <= %.0f ms" % HANDOFF_P50_MAX_MS,
-                       p50 <= HANDOFF_P50_MAX_MS, "(p50 %.2f ms)" % p50)
+        self._handoff_report("from_sql", "client waiters", "SQL redis_unlock() called -> "
+                             "client acquire() returns", "SQL -> client", lat, bad)
 
     # sharing both ways; writer preference both ways
     def sharing(self):

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import redis
 
 from . import _protocol as p
-from ._protocol import (GRANTED, PROTOCOL_VERSION, Acquire, LockTimeout,
+from ._protocol import (PROTOCOL_VERSION, Acquire, LockTimeout,
                         ProtocolVersionError, Release, Sleep, Subscribe)
 
 log = logging.getLogger("rwlock_client")
@@ -40,16 +40,43 @@ def sentinel_redis(url: str, **kwargs: Any) -> "redis.Redis":
     return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **conn).master_for(name)
 
 
-class ScriptRunner:
-    """The four scripts on one redis-py client (sync or asyncio): their
-    SHA1s, the keys of a name, the pipelined form of a call, what an error
-    reply means. Subclasses add the I/O."""
+class Run:
+    """Run one script: the reply."""
+    __slots__ = ("script", "name", "args")
 
-    def __init__(self, redis_client: Any, prefix: str, lua_dir: Optional[str],
-                 wait_replicas: int, wait_replicas_timeout: float) -> None:
+    def __init__(self, script: str, name: str, args: Sequence[Any]) -> None:
+        self.script, self.name, self.args = script, name, args
+
+
+class Pipe:
+    """Several script calls (and WAIT) in one round trip, on one connection,
+    in order: (replies, acks or None)."""
+    __slots__ = ("name", "calls", "wait")
+
+    def __init__(self, name: str, calls: Sequence[Call], wait: bool) -> None:
+        self.name, self.calls, self.wait = name, calls, wait
+
+
+class BaseClient:
+    """What Client and AsyncClient share: settings, scripts, keys, and the
+    protocol's calls as generators yielding Run and Pipe, which each runs
+    with its own I/O (drive, adrive)."""
+
+    _lock_class: Any = None         # Lock, AsyncLock
+    _redis_class: Any = None        # redis.Redis, redis.asyncio.Redis
+    _sentinel_redis: Any = None     # sentinel_redis of each
+
+    def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
+                 lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
+                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1) -> None:
         p.check_prefix(prefix)
+        if lease <= 0:
+            raise ValueError("lease must be positive")
         self.redis = redis_client
         self.prefix = prefix
+        self.lease = float(lease)
+        self.subscribe_timeout = subscribe_timeout
+        self.owner_prefix = p.owner_prefix()
         self.wait_replicas = int(wait_replicas)
         self.wait_replicas_timeout = float(wait_replicas_timeout)
         self._bodies = p.load_scripts(lua_dir)
@@ -68,11 +95,32 @@ class ScriptRunner:
         self._owed = p.OwedReleases()
         self._unacked_logged = 0.0
 
+    @classmethod
+    def from_url(cls, url: str, redis_kwargs: Optional[dict] = None, **kwargs: Any):
+        """redis://, rediss://, unix:// (redis-py's from_url) or
+        redis+sentinel:// / rediss+sentinel:// (sentinel_redis)."""
+        if p.is_sentinel_url(url):
+            return cls(cls._sentinel_redis(url, **(redis_kwargs or {})), **kwargs)
+        return cls(cls._redis_class.from_url(url, **(redis_kwargs or {})), **kwargs)
+
+    def new_owner(self) -> str:
+        """A fresh owner id: py:<hostname>:<pid>:<random>."""
+        return p.new_owner(self.owner_prefix)
+
+    def write_lock(self, name: str, lease: Optional[float] = None,
+                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+        """A lock object for the write lock of `name` (not yet acquired)."""
+        return self._lock_class(self, name, "w", lease, timeout, on_lost)
+
+    def read_lock(self, name: str, lease: Optional[float] = None,
+                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+        """A lock object for the read lock of `name` (not yet acquired)."""
+        return self._lock_class(self, name, "r", lease, timeout, on_lost)
+
     def _keys(self, name: str) -> List[str]:
         return list(p.lock_keys(self.prefix, name)[:2])
 
-    def _fill(self, pipe: Any, name: str, calls: Sequence[Call], wait: bool) -> None:
-        keys = self._keys(name)
+    def _fill(self, pipe: Any, calls: Sequence[Call], keys: List[str], wait: bool) -> None:
         for script, args in calls:
             pipe.evalsha(self._shas[script], 2, *keys, *args)
         if wait:
@@ -92,121 +140,35 @@ class ScriptRunner:
             return list(replies[:-1]), int(replies[-1])
         return list(replies), None
 
-    def _owed_calls(self, name: str) -> Tuple[List[Call], List[str]]:
-        owed = self._owed.get(name)
-        return ([("release", p.release_args(o, k, lm)) for o, k, lm in owed],
-                [o for o, _, _ in owed])
+    # -- the protocol's calls, as generators ------------------------------------
 
-    def _log_unacked_renewal(self, name: str, acks: int) -> None:
-        if acks < self.wait_replicas and time.monotonic() - self._unacked_logged > 10:
-            # Not a loss: the master has the renewal; the next asks again.
-            self._unacked_logged = time.monotonic()
-            log.warning("rwlock: a renewal of %r was acknowledged by %d of "
-                        "the %d replicas asked for", name, acks, self.wait_replicas)
+    def _info_g(self, name: str):
+        return p.parse_info((yield Run("info", name, [PROTOCOL_VERSION])))
 
-
-class Client(ScriptRunner):
-    """Locks on one Redis service, through any synchronous redis-py client
-    (thread-safe).
-
-    prefix: the extension's rwlock.key_prefix; lease: seconds (the
-    extension's rwlock.lease); lua_dir: where the scripts are (default: those
-    shipped in the package); wait_replicas: replicas that must acknowledge a
-    grant (WAIT)."""
-
-    def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
-                 lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
-                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1) -> None:
-        if lease <= 0:
-            raise ValueError("lease must be positive")
-        super().__init__(redis_client, prefix, lua_dir, wait_replicas,
-                         wait_replicas_timeout)
-        self.lease = float(lease)
-        self.subscribe_timeout = subscribe_timeout
-        self.owner_prefix = p.owner_prefix()
-        self._renewer = Renewer()
-
-    @classmethod
-    def from_url(cls, url: str, redis_kwargs: Optional[dict] = None,
-                 **kwargs: Any) -> "Client":
-        """redis://, rediss://, unix:// (redis-py's from_url) or
-        redis+sentinel:// / rediss+sentinel:// (sentinel_redis)."""
-        if p.is_sentinel_url(url):
-            return cls(sentinel_redis(url, **(redis_kwargs or {})), **kwargs)
-        return cls(redis.Redis.from_url(url, **(redis_kwargs or {})), **kwargs)
-
-    def new_owner(self) -> str:
-        """A fresh owner id: py:<hostname>:<pid>:<random>."""
-        return p.new_owner(self.owner_prefix)
-
-    def write_lock(self, name: str, lease: Optional[float] = None,
-                   timeout: Optional[float] = None,
-                   on_lost: Optional[Callable[["Lock"], Any]] = None) -> "Lock":
-        """A Lock object for the write lock of `name` (not yet acquired)."""
-        return Lock(self, name, "w", lease, timeout, on_lost)
-
-    def read_lock(self, name: str, lease: Optional[float] = None,
-                  timeout: Optional[float] = None,
-                  on_lost: Optional[Callable[["Lock"], Any]] = None) -> "Lock":
-        """A Lock object for the read lock of `name` (not yet acquired)."""
-        return Lock(self, name, "r", lease, timeout, on_lost)
-
-    def info(self, name: str) -> Dict[str, Any]:
-        """The state of lock `name` as Redis has it now."""
-        return p.parse_info(self._run("info", name, [PROTOCOL_VERSION]))
-
-    # -- the protocol's calls -------------------------------------------------
-
-    def _run(self, script: str, name: str, args: Sequence[Any]) -> Any:
-        keys = self._keys(name)
-        if self._preload:
-            for body in self._bodies.values():
-                self.redis.script_load(body)
-            self._preload = False
-        try:
-            try:
-                return self.redis.evalsha(self._shas[script], 2, *keys, *args)
-            except redis.exceptions.NoScriptError:
-                return self.redis.eval(self._bodies[script], 2, *keys, *args)
-        except redis.exceptions.ResponseError as e:
-            raise p.version_error(name, e) or e
-
-    def _pipeline(self, name: str, calls: Sequence[Call], wait: bool):
-        """Several calls (and WAIT) in one round trip on one connection, in
-        order; (replies, acks or None)."""
-        for attempt in (0, 1):
-            pipe = self.redis.pipeline(transaction=False)
-            self._fill(pipe, name, calls, wait)
-            replies = pipe.execute(raise_on_error=False)
-            if attempt == 0 and self._noscript(replies):
-                for body in self._bodies.values():
-                    self.redis.script_load(body)
-                continue
-            return self._checked(name, replies, wait)
-
-    def _acquire(self, name: str, owner: str, mode: str, lease_ms: int,
-                 intent_ms: int, upgrade: bool = False):
+    def _acquire_g(self, name: str, owner: str, mode: str, lease_ms: int,
+                   intent_ms: int, upgrade: bool = False):
         args = p.acquire_args(owner, mode, lease_ms, intent_ms, upgrade)
-        calls, owners = self._owed_calls(name)
+        owed = self._owed.get(name)
+        if owed and not self._pipelines:
+            for o, keep, lm in owed:
+                yield from self._release_g(name, o, keep, lm)   # each answered first
+            owed = []
         wait = self.wait_replicas > 0
-        if calls and not self._pipelines:
-            for owner_, keep, lease in self._owed.get(name):
-                self._release(name, owner_, keep, lease)   # each answered first
-            calls = []
-        if calls or wait:
-            # Owed releases of this name go first on the same connection.
-            replies, acks = self._pipeline(name, calls + [("acquire", args)], wait)
-            self._owed.done(name, owners)
+        if owed or wait:
+            # Owed releases of this name go first, on the same connection.
+            calls = [("release", p.release_args(o, k, lm)) for o, k, lm in owed]
+            replies, acks = yield Pipe(name, calls + [("acquire", args)], wait)
+            self._owed.done(name, [o for o, _, _ in owed])
             reply = replies[-1]
         else:
-            reply, acks = self._run("acquire", name, args), None
+            reply, acks = (yield Run("acquire", name, args)), None
         return p.acquire_outcome(reply, acks, self.wait_replicas)
 
-    def _release(self, name: str, owner: str, keep: str, lease_ms: int = 0) -> int:
+    def _release_g(self, name: str, owner: str, keep: str, lease_ms: int = 0):
         """release.lua; one whose answer does not come is owed."""
         try:
-            held = int(self._run("release", name, p.release_args(owner, keep, lease_ms)))
-        except ProtocolVersionError:
+            held = int((yield Run("release", name, p.release_args(owner, keep, lease_ms))))
+        except (GeneratorExit, ProtocolVersionError):
             raise
         except BaseException:
             self._owed.add(name, owner, keep, lease_ms)
@@ -215,13 +177,74 @@ class Client(ScriptRunner):
             self._owed.done(name, [owner])
         return held
 
-    def _renew(self, name: str, owner: str, lease_ms: int) -> int:
+    def _renew_g(self, name: str, owner: str, lease_ms: int):
         args = p.renew_args(owner, lease_ms)
         if self.wait_replicas > 0:
-            (held,), acks = self._pipeline(name, [("renew", args)], True)
-            self._log_unacked_renewal(name, acks)
+            (held,), acks = yield Pipe(name, [("renew", args)], True)
+            if acks < self.wait_replicas and time.monotonic() - self._unacked_logged > 10:
+                # Not a loss: the master has the renewal; the next asks again.
+                self._unacked_logged = time.monotonic()
+                log.warning("rwlock: a renewal of %r was acknowledged by %d of "
+                            "the %d replicas asked for", name, acks, self.wait_replicas)
             return int(held)
-        return int(self._run("renew", name, args))
+        return int((yield Run("renew", name, args)))
+
+
+class Client(BaseClient):
+    """Locks on one Redis service, through any synchronous redis-py client
+    (redis.Redis, Sentinel(...).master_for(...), RedisCluster; thread-safe).
+
+    prefix: the extension's rwlock.key_prefix; lease: seconds (the
+    extension's rwlock.lease); lua_dir: where the scripts are (default: those
+    shipped in the package); wait_replicas: replicas that must acknowledge a
+    grant (WAIT)."""
+
+    _redis_class = redis.Redis
+    _sentinel_redis = staticmethod(sentinel_redis)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._renewer = Renewer()
+
+    def info(self, name: str) -> Dict[str, Any]:
+        """The state of lock `name` as Redis has it now."""
+        return drive(self._info_g(name), self._io)
+
+    def _acquire(self, *args: Any):
+        return drive(self._acquire_g(*args), self._io)
+
+    def _release(self, *args: Any) -> int:
+        return drive(self._release_g(*args), self._io)
+
+    def _renew(self, *args: Any) -> int:
+        return drive(self._renew_g(*args), self._io)
+
+    def _io(self, step: Any) -> Any:
+        """Run a Run or a Pipe."""
+        keys = self._keys(step.name)
+        if self._preload:
+            for body in self._bodies.values():
+                self.redis.script_load(body)
+            self._preload = False
+        if isinstance(step, Run):
+            try:
+                try:
+                    return self.redis.evalsha(self._shas[step.script], 2, *keys, *step.args)
+                except redis.exceptions.NoScriptError:
+                    return self.redis.eval(self._bodies[step.script], 2, *keys, *step.args)
+            except redis.exceptions.ResponseError as e:
+                raise p.version_error(step.name, e) or e
+        for attempt in (0, 1):
+            pipe = self.redis.pipeline(transaction=False)
+            self._fill(pipe, step.calls, keys, step.wait)
+            replies = pipe.execute(raise_on_error=False)
+            if attempt == 0 and self._noscript(replies):
+                for body in self._bodies.values():
+                    self.redis.script_load(body)
+                continue
+            break
+        return self._checked(step.name, replies, step.wait)
+
 
     def _subscribe(self, channel: str):
         """A PubSub listening on channel once Redis confirmed it, or None."""
@@ -339,11 +362,14 @@ class LockState:
         return LockTimeout("timed out after %ss waiting for the %s lock %r"
                            % (timeout, "write" if self.mode == "w" else "read", self.name))
 
-    def _check_take(self, upgrade: bool) -> None:
+    def _take_setup(self, mode: str, timeout: Optional[float], upgrade: bool):
+        """(client, lease ms, mark ms, channel) of an acquisition, checked."""
         if upgrade and (not self._held or self.mode != "r"):
             raise RuntimeError("upgrade() needs a held read lock")
         if self._held and not upgrade:
             raise RuntimeError("%r is already held" % self)
+        intent_ms = p.INTENT_MS if timeout is None or timeout > 0 else 0
+        return self.client, p.ms(self.lease), intent_ms, self._channel_for(mode)
 
     def _check_drop(self, keep: str) -> None:
         if not self._held:
@@ -404,11 +430,7 @@ class Lock(LockState):
 
     def _take(self, mode: str, timeout: Optional[float], upgrade: bool,
               is_try: bool = False) -> bool:
-        self._check_take(upgrade)
-        c = self.client
-        lease_ms = p.ms(self.lease)
-        intent_ms = p.INTENT_MS if timeout is None or timeout > 0 else 0
-        channel = self._channel_for(mode)
+        c, lease_ms, intent_ms, channel = self._take_setup(mode, timeout, upgrade)
         ps = None
 
         def granted(token: int, sent: float) -> None:
@@ -555,3 +577,6 @@ def drive(gen, step: Callable[[Any], Any]) -> Any:
                 s = gen.send(r)
     except StopIteration as stop:
         return stop.value
+
+
+Client._lock_class = Lock

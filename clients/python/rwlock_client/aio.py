@@ -16,14 +16,14 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import Any, Awaitable, Callable, Dict, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Dict, Optional, Union
 
 import redis
 import redis.asyncio as aredis
 
 from . import _protocol as p
-from ._protocol import PROTOCOL_VERSION, Acquire, ProtocolVersionError, Release, Sleep, Subscribe
-from ._sync import Call, LockState, ScriptRunner
+from ._protocol import Acquire, ProtocolVersionError, Release, Sleep, Subscribe
+from ._sync import BaseClient, LockState, Run
 
 log = logging.getLogger("rwlock_client")
 
@@ -40,108 +40,54 @@ def sentinel_redis(url: str, **kwargs: Any) -> "aredis.Redis":
     return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **conn).master_for(name)
 
 
-class AsyncClient(ScriptRunner):
-    """Locks on one Redis service through a redis.asyncio client. Arguments
-    as rwlock_client.Client."""
+class AsyncClient(BaseClient):
+    """Locks on one Redis service through a redis.asyncio client (Redis,
+    Sentinel(...).master_for(...), RedisCluster). Arguments as
+    rwlock_client.Client."""
 
-    def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
-                 lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
-                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1) -> None:
-        if lease <= 0:
-            raise ValueError("lease must be positive")
-        super().__init__(redis_client, prefix, lua_dir, wait_replicas,
-                         wait_replicas_timeout)
-        self.lease = float(lease)
-        self.subscribe_timeout = subscribe_timeout
-        self.owner_prefix = p.owner_prefix()
-
-    @classmethod
-    def from_url(cls, url: str, redis_kwargs: Optional[dict] = None,
-                 **kwargs: Any) -> "AsyncClient":
-        if p.is_sentinel_url(url):
-            return cls(sentinel_redis(url, **(redis_kwargs or {})), **kwargs)
-        return cls(aredis.Redis.from_url(url, **(redis_kwargs or {})), **kwargs)
-
-    def new_owner(self) -> str:
-        return p.new_owner(self.owner_prefix)
-
-    def write_lock(self, name: str, lease: Optional[float] = None,
-                   timeout: Optional[float] = None,
-                   on_lost: Optional[OnLost] = None) -> "AsyncLock":
-        return AsyncLock(self, name, "w", lease, timeout, on_lost)
-
-    def read_lock(self, name: str, lease: Optional[float] = None,
-                  timeout: Optional[float] = None,
-                  on_lost: Optional[OnLost] = None) -> "AsyncLock":
-        return AsyncLock(self, name, "r", lease, timeout, on_lost)
+    _redis_class = aredis.Redis
+    _sentinel_redis = staticmethod(sentinel_redis)
 
     async def info(self, name: str) -> Dict[str, Any]:
-        return p.parse_info(await self._run("info", name, [PROTOCOL_VERSION]))
+        return await adrive(self._info_g(name), self._io)
 
-    # -- the protocol's calls -------------------------------------------------
+    async def _acquire(self, *args: Any):
+        return await adrive(self._acquire_g(*args), self._io)
 
-    async def _run(self, script: str, name: str, args: Sequence[Any]) -> Any:
-        keys = self._keys(name)
+    async def _release(self, *args: Any) -> int:
+        return await adrive(self._release_g(*args), self._io)
+
+    async def _renew(self, *args: Any) -> int:
+        return await adrive(self._renew_g(*args), self._io)
+
+    async def _io(self, step: Any) -> Any:
+        """Run a Run or a Pipe (as Client._io, with await)."""
+        keys = self._keys(step.name)
         if self._preload:
             for body in self._bodies.values():
                 await self.redis.script_load(body)
             self._preload = False
-        try:
+        if isinstance(step, Run):
             try:
-                return await self.redis.evalsha(self._shas[script], 2, *keys, *args)
-            except redis.exceptions.NoScriptError:
-                return await self.redis.eval(self._bodies[script], 2, *keys, *args)
-        except redis.exceptions.ResponseError as e:
-            raise p.version_error(name, e) or e
-
-    async def _pipeline(self, name: str, calls: Sequence[Call], wait: bool):
+                try:
+                    return await self.redis.evalsha(self._shas[step.script], 2, *keys,
+                                                    *step.args)
+                except redis.exceptions.NoScriptError:
+                    return await self.redis.eval(self._bodies[step.script], 2, *keys,
+                                                 *step.args)
+            except redis.exceptions.ResponseError as e:
+                raise p.version_error(step.name, e) or e
         for attempt in (0, 1):
             pipe = self.redis.pipeline(transaction=False)
-            self._fill(pipe, name, calls, wait)
+            self._fill(pipe, step.calls, keys, step.wait)
             replies = await pipe.execute(raise_on_error=False)
             if attempt == 0 and self._noscript(replies):
                 for body in self._bodies.values():
                     await self.redis.script_load(body)
                 continue
-            return self._checked(name, replies, wait)
+            break
+        return self._checked(step.name, replies, step.wait)
 
-    async def _acquire(self, name: str, owner: str, mode: str, lease_ms: int,
-                       intent_ms: int, upgrade: bool = False):
-        args = p.acquire_args(owner, mode, lease_ms, intent_ms, upgrade)
-        calls, owners = self._owed_calls(name)
-        wait = self.wait_replicas > 0
-        if calls and not self._pipelines:
-            for owner_, keep, lease in self._owed.get(name):
-                await self._release(name, owner_, keep, lease)   # each answered first
-            calls = []
-        if calls or wait:
-            replies, acks = await self._pipeline(name, calls + [("acquire", args)], wait)
-            self._owed.done(name, owners)
-            reply = replies[-1]
-        else:
-            reply, acks = await self._run("acquire", name, args), None
-        return p.acquire_outcome(reply, acks, self.wait_replicas)
-
-    async def _release(self, name: str, owner: str, keep: str, lease_ms: int = 0) -> int:
-        try:
-            held = int(await self._run("release", name,
-                                       p.release_args(owner, keep, lease_ms)))
-        except ProtocolVersionError:
-            raise
-        except BaseException:
-            self._owed.add(name, owner, keep, lease_ms)
-            raise
-        if keep == "":
-            self._owed.done(name, [owner])
-        return held
-
-    async def _renew(self, name: str, owner: str, lease_ms: int) -> int:
-        args = p.renew_args(owner, lease_ms)
-        if self.wait_replicas > 0:
-            (held,), acks = await self._pipeline(name, [("renew", args)], True)
-            self._log_unacked_renewal(name, acks)
-            return int(held)
-        return int(await self._run("renew", name, args))
 
     async def _subscribe(self, channel: str):
         ps = self.redis.pubsub()
@@ -204,11 +150,7 @@ class AsyncLock(LockState):
 
     async def _take(self, mode: str, timeout: Optional[float], upgrade: bool,
                     is_try: bool = False) -> bool:
-        self._check_take(upgrade)
-        c = self.client
-        lease_ms = p.ms(self.lease)
-        intent_ms = p.INTENT_MS if timeout is None or timeout > 0 else 0
-        channel = self._channel_for(mode)
+        c, lease_ms, intent_ms, channel = self._take_setup(mode, timeout, upgrade)
         ps = None
 
         def granted(token: int, sent: float) -> None:
@@ -352,3 +294,6 @@ async def adrive(gen, step: Callable[[Any], Awaitable[Any]]) -> Any:
                 s = gen.send(r)
     except StopIteration as stop:
         return stop.value
+
+
+AsyncClient._lock_class = AsyncLock

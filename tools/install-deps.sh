@@ -24,7 +24,12 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq nodejs npm >/dev/null
 fi
-(cd "$(dirname "$0")/../clients/node" && npm ci --no-audit --no-fund --loglevel=error)
+# (skipped when node_modules was installed from this package-lock.json)
+node_dir="$(dirname "$0")/../clients/node"
+if [ ! -e "$node_dir/node_modules/.package-lock.json" ] ||
+   [ "$node_dir/package-lock.json" -nt "$node_dir/node_modules/.package-lock.json" ]; then
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 # Debian starts its own Redis and pgbouncer on install; ours are started by
 # the scripts.
 for svc in redis-server pgbouncer; do

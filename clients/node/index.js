@@ -389,7 +389,7 @@ class Lock extends EventEmitter {
   /** Holding the read lock, wait for the write lock too; false on timeout
    *  (the read lock is kept). UpgradeConflictError if another reader waits
    *  to upgrade. */
-  upgrade(timeout) {
+  async upgrade(timeout) {
     if (!this._held || this.mode !== 'r') throw new RWLockError('upgrade() needs a held read lock');
     return this._take('w', timeout, true, false);
   }
@@ -546,7 +546,7 @@ class Lock extends EventEmitter {
   }
 
   /** Holding the write lock, keep only a read lock (no writer in between). */
-  downgrade() {
+  async downgrade() {
     if (!this._held || this.mode !== 'w') throw new RWLockError('downgrade() needs a held write lock');
     return this._drop('r');
   }

@@ -22,11 +22,16 @@ time. Leases are renewed every third of the lease until release(). A release
 whose answer did not come is owed: it is sent again, on the same connection
 just ahead of the next acquisition of that name.
 """
+from typing import TYPE_CHECKING
+
 from ._protocol import (INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, PROTOCOL_VERSION, SCRIPTS,
                         LockTimeout, ProtocolVersionError, ReplicasNotAcknowledged,
                         RWLockError, UpgradeConflict, default_lua_dir, encode_name,
                         load_scripts, lock_keys)
 from ._sync import Client, Lock, sentinel_redis
+
+if TYPE_CHECKING:
+    from .aio import AsyncClient, AsyncLock
 
 
 def __getattr__(name):

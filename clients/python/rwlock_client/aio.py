@@ -130,9 +130,17 @@ class AsyncLock(LockState):
                  lease: Optional[float] = None, timeout: Optional[float] = None,
                  on_lost: Optional[OnLost] = None) -> None:
         super().__init__(client, name, mode, lease, timeout, on_lost)
-        self._mutex = asyncio.Lock()
+        self._mutex_obj: Optional[asyncio.Lock] = None
         self._timer: Optional[asyncio.TimerHandle] = None   # the next renewal
         self._renewing: Optional[asyncio.Task] = None
+
+    @property
+    def _mutex(self) -> asyncio.Lock:
+        # Made in the running loop (Python < 3.10 binds a Lock to the loop
+        # current when it is made).
+        if self._mutex_obj is None:
+            self._mutex_obj = asyncio.Lock()
+        return self._mutex_obj
 
     async def acquire(self, timeout: Optional[float] = None) -> int:
         """Wait for the lock (forever, or up to timeout s); the fencing token.

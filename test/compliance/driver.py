@@ -343,7 +343,8 @@ class Suite:
 
     def run(self):
         for case in (self.exclusion, self.handoff_to_sql, self.handoff_from_sql,
-                     self.sharing, self.fifo, self.readers_turn, self.fencing,
+                     self.sharing, self.upgrade_downgrade, self.fifo,
+                     self.readers_turn, self.fencing,
                      self.killed_holder, self.renewal, self.lost, self.noscript,
                      self.version, self.owed_release):
             try:
@@ -501,6 +502,34 @@ class Suite:
         check("SQL reader gets in once the client writer released",
               pw2.release() is True and q(s1, "SELECT redis_try_rlock(%s, '2s')", name) is True)
         q(s1, "SELECT redis_unlock(%s)", name)
+
+    # a client reader upgrades past a SQL reader, and downgrades
+    def upgrade_downgrade(self):
+        s1, s2, check = self.s1, self.s2, self.check
+        name = self.name("upgrade")
+        rd = self.a.lock(name, "r")
+        t0 = rd.acquire(1)
+        q(s1, "SELECT redis_rlock(%s)", name)
+        pend = self.a.start("upgrade", lock=rd.h, timeout=5)
+        check("a client upgrading waits for the SQL reader",
+              wait_until(lambda: len(self.waiting(name)) == 1) and not pend.done)
+        check("and holds new SQL readers back",
+              q(s2, "SELECT redis_try_rlock(%s)", name) is False)
+        q(s1, "SELECT redis_unlock(%s)", name)
+        reply = pend.wait(5)
+        check("the upgrade completes when the SQL reader leaves",
+              reply["ok"] and reply.get("got") is True, str(reply))
+        st = rd.state()
+        check("it holds the write lock, with a new token",
+              st["mode"] == "w" and st["token"] > t0, str(st))
+        check("SQL cannot read meanwhile", q(s2, "SELECT redis_try_rlock(%s)", name) is False)
+        check("downgrade() answers true",
+              self.a.call("downgrade", lock=rd.h)["held"] is True)
+        check("after it SQL readers share the lock, SQL writers wait",
+              q(s2, "SELECT redis_try_rlock(%s)", name) is True and
+              q(s1, "SELECT redis_try_wlock(%s)", name) is False)
+        q(s2, "SELECT redis_unlock(%s)", name)
+        check("release() of the downgraded lock answers true", rd.release() is True)
 
     # waiting writers are served in their order of arrival, across clients
     def fifo(self):

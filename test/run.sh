@@ -2,8 +2,12 @@
 # run.sh: every test suite. Starts a Redis on 127.0.0.1:6379 and a throw-away
 # PostgreSQL cluster (pg_virtualenv), builds and installs the extension, runs
 # pg_regress and the isolation specs through `make installcheck`, then the
-# protocol test, the cross-client test (Python client and SQL sessions; its own
-# Redis), the load test, the chaos test (faults injected into its own Redis;
+# protocol test, the client packages (test/packages.sh), both clients on a
+# Redis Cluster (test/clients_cluster.sh, 6410-6412), the compliance suite
+# of the clients with SQL sessions (test/cross_test.py for the Python client,
+# test/compliance/driver.py node for the Node client, which needs
+# clients/node/node_modules: `npm ci`, done by tools/install-deps.sh; each its
+# own Redis), the load test, the chaos test (faults injected into its own Redis;
 # CHAOS_DURATION, default 30 s) and the TAP suite (test/tap.sh: its own Redis
 # servers on 6382-6389, its own clusters, and pgbouncer in t/011).
 set -euo pipefail
@@ -20,7 +24,14 @@ pg_virtualenv -t make installcheck || { status=1; cat regression.diffs output_is
 pg_virtualenv -t -o shared_preload_libraries=rwlock make installcheck REGRESS=keeper ISOLATION= ||
   { status=1; cat regression.diffs 2>/dev/null || true; }
 bash test/protocol.sh || status=1
+if [ ! -d clients/node/node_modules/ioredis ]; then
+  (cd clients/node && npm ci --no-audit --no-fund) ||
+    echo "clients/node: npm ci failed (no registry?); run tools/install-deps.sh"
+fi
+bash test/packages.sh || status=1
+bash test/clients_cluster.sh || status=1
 pg_virtualenv -t /usr/bin/python3 test/cross_test.py || status=1
+pg_virtualenv -t /usr/bin/python3 test/compliance/driver.py node || status=1
 pg_virtualenv -t /usr/bin/python3 test/load.py || status=1
 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 bash test/tap.sh || status=1

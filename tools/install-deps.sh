@@ -5,7 +5,8 @@
 set -euo pipefail
 pkgs="build-essential postgresql-15 postgresql-server-dev-15 libhiredis-dev
       redis-server redis-tools libipc-run-perl python3-redis python3-psycopg2
-      gnuplot-nox iproute2 faketime pgbouncer libssl-dev openssl"
+      gnuplot-nox iproute2 faketime pgbouncer libssl-dev openssl
+      python3-venv python3-setuptools python3-pip"
 need=""
 for p in $pkgs; do
   dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
@@ -14,6 +15,20 @@ if [ -n "$need" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq $need >/dev/null
+fi
+# The Node client (clients/node) and its compliance agent: node and npm,
+# from the image if there, else Debian's; its dependencies (ioredis) as
+# package-lock.json pins them.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq nodejs npm >/dev/null
+fi
+# (skipped when node_modules was installed from this package-lock.json)
+node_dir="$(dirname "$0")/../clients/node"
+if [ ! -e "$node_dir/node_modules/.package-lock.json" ] ||
+   [ "$node_dir/package-lock.json" -nt "$node_dir/node_modules/.package-lock.json" ]; then
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # Debian starts its own Redis and pgbouncer on install; ours are started by
 # the scripts.

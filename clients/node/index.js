@@ -1,0 +1,583 @@
+'use strict';
+// rwlock: distributed read/write locks in Redis, shared with the rwlock
+// PostgreSQL extension (protocol version 2, docs/protocol.md of the rwlock
+// repository), on ioredis.
+//
+//   const Redis = require('ioredis');
+//   const { Locks } = require('rwlock');
+//   const locks = new Locks(new Redis());
+//   const lk = locks.writeLock('invoice:42', { timeout: 10000 });
+//   const token = await lk.acquire();
+//   try { await save(data, token); } finally { await lk.release(); }
+
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const crypto = require('crypto');
+const { EventEmitter } = require('events');
+const { performance } = require('perf_hooks');
+
+const PROTOCOL_VERSION = '2';
+const INTENT_MS = 2000; // a waiting caller's mark, as the SQL side
+const KEEP_TOKEN_MS = 600000; // how long a free lock keeps its last write token
+const NAME_MAX = 1024; // bytes: the longest name the SQL side accepts
+const POLL_MS = 50; // sleep between tries when subscribing failed
+const SCRIPTS = ['acquire', 'release', 'renew', 'info'];
+// acquire.lua ARGV[7]: what the caller already holds of the name.
+const HOLDS_READ = 'r'; // its read lock: an upgrade
+const HOLDS_NOTHING = '-'; // nothing: a read field of this owner left in Redis is stale
+
+class RWLockError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = this.constructor.name;
+  }
+}
+class ProtocolVersionError extends RWLockError {}
+class LockTimeoutError extends RWLockError {}
+class UpgradeConflictError extends RWLockError {
+  constructor(name, other) {
+    super(`deadlock: this holder and ${other} both hold the read lock on ` +
+      `${JSON.stringify(name)} and wait for its write lock; release the read lock and retry`);
+    this.other = other;
+  }
+}
+class ReplicasNotAcknowledgedError extends RWLockError {
+  constructor(name, acks, wanted) {
+    super(`lock ${JSON.stringify(name)} was granted but only ${acks} of the ${wanted} ` +
+      'replicas asked for acknowledged it; the grant was undone');
+    Object.assign(this, { lock: name, acks, wanted });
+  }
+}
+
+const now = () => performance.now();
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+
+// -- names, keys, scripts ---------------------------------------------------
+
+/** The name as it appears in keys: '%', '{', '}' percent-encoded. */
+function encodeName(name) {
+  return name.replace(/%/g, '%25').replace(/\{/g, '%7B').replace(/\}/g, '%7D');
+}
+
+/** [hash, queue, channel] of lock `name` under `prefix`. */
+function lockKeys(prefix, name) {
+  const base = `${prefix}:{${encodeName(name)}}`;
+  return [base, `${base}:q`, `${base}:c`];
+}
+
+function candidateDirs() {
+  // 1. copied into the package at pack time (npm pack / publish);
+  // 2. the repository's lua/, when used from a checkout (clients/node).
+  return [path.join(__dirname, 'lua'), path.join(__dirname, '..', '..', 'lua')];
+}
+
+/** $RWLOCK_LUA_DIR, else the scripts shipped in the package, else the repository's lua/. */
+function defaultLuaDir() {
+  if (process.env.RWLOCK_LUA_DIR) return process.env.RWLOCK_LUA_DIR;
+  for (const d of candidateDirs()) {
+    if (SCRIPTS.every((s) => fs.existsSync(path.join(d, `${s}.lua`)))) return d;
+  }
+  throw new RWLockError('rwlock: the protocol\'s scripts were not found (looked in ' +
+    `${candidateDirs().join(' and ')}). Install the package made by npm pack in the ` +
+    'rwlock repository (it copies lua/*.lua into it), or pass luaDir / set RWLOCK_LUA_DIR.');
+}
+
+/** {name: {body, sha}} of the protocol's scripts, checked to be PROTOCOL_VERSION. */
+function loadScripts(luaDir) {
+  const dir = luaDir || defaultLuaDir();
+  const out = {};
+  for (const name of SCRIPTS) {
+    const file = path.join(dir, `${name}.lua`);
+    const body = fs.readFileSync(file);
+    const m = /^-- rwlock protocol (\S+):/.exec(body.toString('utf8'));
+    if (!m) throw new ProtocolVersionError(`${file} does not say which protocol it is`);
+    if (m[1] !== PROTOCOL_VERSION) {
+      throw new ProtocolVersionError(
+        `${file} is rwlock protocol ${m[1]}; this client speaks ${PROTOCOL_VERSION}`);
+    }
+    out[name] = { body, sha: crypto.createHash('sha1').update(body).digest('hex') };
+  }
+  return out;
+}
+
+function isNoScript(e) {
+  return e && typeof e.message === 'string' && e.message.startsWith('NOSCRIPT');
+}
+
+function versionError(name, e) {
+  if (!e || typeof e.message !== 'string' || !e.message.includes('RWLOCK_VERSION')) return e;
+  return new ProtocolVersionError(`lock ${JSON.stringify(name)} is kept in another rwlock ` +
+    `protocol version than this client's (${PROTOCOL_VERSION}): ${e.message}`);
+}
+
+// -- the subscriber: one connection per Locks for every waiter ---------------
+
+class Subscriber {
+  constructor(redis, timeoutMs) {
+    this.redis = redis;
+    this.timeoutMs = timeoutMs;
+    this.conn = null;
+    this.channels = new Map(); // channel -> { fns: Set, ready: Promise }
+  }
+
+  connection() {
+    if (!this.conn) {
+      this.conn = this.redis.duplicate();
+      this.conn.on('error', () => {}); // it reconnects and subscribes again itself
+      this.conn.on('message', (channel) => {
+        const entry = this.channels.get(channel);
+        if (entry) for (const fn of entry.fns) fn();
+      });
+    }
+    return this.conn;
+  }
+
+  /** Call fn on every message on channel once Redis confirmed the
+   *  subscription; resolves to the function that stops it. */
+  async listen(channel, fn) {
+    let entry = this.channels.get(channel);
+    if (!entry) {
+      const conn = this.connection();
+      let timer;
+      const ready = Promise.race([
+        conn.subscribe(channel),
+        new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new RWLockError('subscribe timed out')), this.timeoutMs);
+        }),
+      ]).finally(() => clearTimeout(timer));
+      entry = { fns: new Set(), ready };
+      this.channels.set(channel, entry);
+      ready.catch(() => {
+        if (this.channels.get(channel) === entry) this.channels.delete(channel);
+      });
+    }
+    entry.fns.add(fn);
+    try {
+      await entry.ready;
+    } catch (e) {
+      entry.fns.delete(fn);
+      throw e;
+    }
+    return () => {
+      entry.fns.delete(fn);
+      if (entry.fns.size === 0 && this.channels.get(channel) === entry) {
+        this.channels.delete(channel);
+        this.conn.unsubscribe(channel).catch(() => {});
+      }
+    };
+  }
+
+  close() {
+    if (this.conn) this.conn.disconnect();
+    this.conn = null;
+    this.channels.clear();
+  }
+}
+
+// -- Locks: one Redis service ------------------------------------------------
+
+const GRANTED = 1;
+const BUSY = 0;
+const CONFLICT = -1;
+const UNACKED = -2;
+
+class Locks {
+  /**
+   * @param redis an ioredis Redis (also one made for Sentinel) or Cluster
+   * @param options prefix (the extension's rwlock.key_prefix), lease (ms, the
+   *   extension's rwlock.lease), luaDir, subscribeTimeout (ms), waitReplicas,
+   *   waitReplicasTimeout (ms)
+   */
+  constructor(redis, options = {}) {
+    const prefix = options.prefix === undefined ? 'rwlock' : options.prefix;
+    if (!prefix || /[{}\x00-\x1f]/.test(prefix)) {
+      throw new TypeError('prefix must be non-empty, without braces or control characters');
+    }
+    this.redis = redis;
+    this.prefix = prefix;
+    this.lease = options.lease === undefined ? 30000 : options.lease;
+    if (!(this.lease > 0)) throw new TypeError('lease must be positive (ms)');
+    this.waitReplicas = options.waitReplicas || 0;
+    this.waitReplicasTimeout = options.waitReplicasTimeout || 100;
+    this.scripts = loadScripts(options.luaDir);
+    this.ownerPrefix = `node:${os.hostname().slice(0, 40)}:${process.pid}`;
+    this.subscriber = new Subscriber(redis, options.subscribeTimeout || 2000);
+    this.owed = new Map(); // name -> Map(owner -> [keep, leaseMs]): releases owed
+  }
+
+  /** A fresh owner id: node:<hostname>:<pid>:<random>. */
+  newOwner() {
+    return `${this.ownerPrefix}:${crypto.randomBytes(6).toString('hex')}`;
+  }
+
+  writeLock(name, options) {
+    return new Lock(this, name, 'w', options);
+  }
+
+  readLock(name, options) {
+    return new Lock(this, name, 'r', options);
+  }
+
+  /** The state of lock `name` as Redis has it now. */
+  async info(name) {
+    const [state, token, writer, writerMs, readers, waiting] =
+      await this._run('info', name, [PROTOCOL_VERSION]);
+    const pairs = (flat) => {
+      const o = {};
+      for (let i = 0; i < flat.length; i += 2) o[flat[i]] = Number(flat[i + 1]);
+      return o;
+    };
+    return {
+      state, token: Number(token), writer: writer || null, writerMs: Number(writerMs),
+      readers: pairs(readers), waiting: pairs(waiting),
+    };
+  }
+
+  /** Stop the subscriber connection (the Redis client given is left alone). */
+  close() {
+    this.subscriber.close();
+  }
+
+  // -- the protocol's calls --------------------------------------------------
+
+  async _run(script, name, args) {
+    const [k1, k2] = lockKeys(this.prefix, name);
+    const s = this.scripts[script];
+    try {
+      try {
+        return await this.redis.evalsha(s.sha, 2, k1, k2, ...args);
+      } catch (e) {
+        if (!isNoScript(e)) throw e;
+        return await this.redis.eval(s.body, 2, k1, k2, ...args);
+      }
+    } catch (e) {
+      throw versionError(name, e);
+    }
+  }
+
+  /** Several calls (and WAIT) in one round trip, on one connection, in
+   *  order: [replies, acks or null]. */
+  async _pipeline(name, calls, wait) {
+    const [k1, k2] = lockKeys(this.prefix, name);
+    for (let attempt = 0; ; attempt++) {
+      const pl = this.redis.pipeline();
+      for (const [script, args] of calls) pl.evalsha(this.scripts[script].sha, 2, k1, k2, ...args);
+      if (wait) pl.call('WAIT', this.waitReplicas, this.waitReplicasTimeout);
+      const res = await pl.exec();
+      if (attempt === 0 && res.some(([e]) => isNoScript(e))) {
+        for (const s of Object.values(this.scripts)) await this.redis.script('LOAD', s.body);
+        continue;
+      }
+      for (const [e] of res) if (e) throw versionError(name, e);
+      const replies = res.map(([, v]) => v);
+      return wait ? [replies.slice(0, -1), Number(replies[replies.length - 1])] : [replies, null];
+    }
+  }
+
+  async _acquire(name, owner, mode, leaseMs, intentMs, upgrade) {
+    const args = [PROTOCOL_VERSION, owner, mode, leaseMs, intentMs, KEEP_TOKEN_MS,
+      upgrade ? HOLDS_READ : HOLDS_NOTHING];
+    const owed = [...(this.owed.get(name) || new Map())];
+    const wait = this.waitReplicas > 0;
+    let reply;
+    let acks = null;
+    if (owed.length || wait) {
+      // Owed releases of this name go first, on the same connection.
+      const calls = owed.map(([o, [keep, lm]]) =>
+        ['release', [PROTOCOL_VERSION, o, keep, lm, KEEP_TOKEN_MS]]);
+      let replies;
+      [replies, acks] = await this._pipeline(name, [...calls, ['acquire', args]], wait);
+      this._owedDone(name, owed.map(([o]) => o));
+      reply = replies[replies.length - 1];
+    } else {
+      reply = await this._run('acquire', name, args);
+    }
+    if (typeof reply === 'string') return [CONFLICT, reply];
+    const r = Number(reply);
+    if (r >= 0 && acks !== null && acks < this.waitReplicas) return [UNACKED, acks];
+    return r >= 0 ? [GRANTED, r] : [BUSY, -r];
+  }
+
+  /** release.lua; one whose answer does not come is owed. */
+  async _release(name, owner, keep, leaseMs = 0) {
+    let held;
+    try {
+      held = Number(await this._run('release', name,
+        [PROTOCOL_VERSION, owner, keep, leaseMs, KEEP_TOKEN_MS]));
+    } catch (e) {
+      if (!(e instanceof ProtocolVersionError)) {
+        if (!this.owed.has(name)) this.owed.set(name, new Map());
+        this.owed.get(name).set(owner, [keep, leaseMs]);
+      }
+      throw e;
+    }
+    if (keep === '') this._owedDone(name, [owner]);
+    return held;
+  }
+
+  _owedDone(name, owners) {
+    const m = this.owed.get(name);
+    if (!m) return;
+    for (const o of owners) m.delete(o);
+    if (m.size === 0) this.owed.delete(name);
+  }
+
+  async _renew(name, owner, leaseMs) {
+    const args = [PROTOCOL_VERSION, owner, leaseMs, KEEP_TOKEN_MS];
+    if (this.waitReplicas > 0) {
+      const [[held]] = await this._pipeline(name, [['renew', args]], true);
+      return Number(held); // too few acknowledgements: the master has it all the same
+    }
+    return Number(await this._run('renew', name, args));
+  }
+}
+
+// -- Lock: one holder --------------------------------------------------------
+
+class Lock extends EventEmitter {
+  /**
+   * Not taken until acquire(). options: lease (ms), timeout (ms, for
+   * acquire(); undefined waits as long as it takes), onLost(lock).
+   */
+  constructor(locks, name, mode, options = {}) {
+    super();
+    if (typeof name !== 'string' || !name) throw new TypeError('lock name must be a non-empty string');
+    if (Buffer.byteLength(name, 'utf8') > NAME_MAX) throw new TypeError(`lock name is longer than ${NAME_MAX} bytes`);
+    this.locks = locks;
+    this.name = name;
+    this.mode = mode;
+    this.lease = options.lease === undefined ? locks.lease : options.lease;
+    if (!(this.lease > 0)) throw new TypeError('lease must be positive (ms)');
+    this.timeout = options.timeout;
+    if (options.onLost) this.on('lost', options.onLost);
+    this.owner = locks.newOwner();
+    this.token = null;
+    this._channel = lockKeys(locks.prefix, name)[2];
+    this._held = false;
+    this._lost = false;
+    this._validUntil = 0; // our clock: the lease's end as we know it
+    this._timer = null;
+    this._renewing = null;
+  }
+
+  /** Acquired and not released (it may have been lost meanwhile). */
+  get held() {
+    return this._held;
+  }
+
+  /** Known or presumed lost: Redis said so at a renewal, or the lease ran out
+   *  by our clock without a renewal. Others may hold the lock. */
+  get lost() {
+    return this._held && (this._lost || now() > this._validUntil);
+  }
+
+  /** Wait for the lock (up to timeout ms); the fencing token. */
+  async acquire(timeout = this.timeout) {
+    if (!(await this._take(this.mode, timeout, false, false))) {
+      throw new LockTimeoutError(`timed out after ${timeout} ms waiting for the ` +
+        `${this.mode === 'w' ? 'write' : 'read'} lock ${JSON.stringify(this.name)}`);
+    }
+    return this.token;
+  }
+
+  /** Take the lock if it is free within wait ms; true if taken. */
+  tryAcquire(wait = 0) {
+    return this._take(this.mode, wait, false, true);
+  }
+
+  /** Holding the read lock, wait for the write lock too; false on timeout
+   *  (the read lock is kept). UpgradeConflictError if another reader waits
+   *  to upgrade. */
+  async upgrade(timeout) {
+    if (!this._held || this.mode !== 'r') throw new RWLockError('upgrade() needs a held read lock');
+    return this._take('w', timeout, true, false);
+  }
+
+  async _take(mode, timeout, upgrade, isTry) {
+    if (this._held && !upgrade) throw new RWLockError(`lock ${JSON.stringify(this.name)} is already held`);
+    const L = this.locks;
+    const leaseMs = Math.max(1, Math.round(this.lease));
+    const deadline = timeout == null ? null : now() + Math.max(0, timeout);
+    // A caller that will wait leaves a mark (a writer's intent, a reader's
+    // claim to a turn), renewed at each try.
+    const intent = timeout == null || timeout > 0 ? INTENT_MS : 0;
+    const withdraw = intent > 0 && mode === 'w';
+    const undo = upgrade ? 'r' : '';
+    // Readers are woken on the lock's channel, a writer on its own.
+    const channel = mode === 'r' ? this._channel : `${this._channel}:${this.owner}`;
+    let unlisten = null;
+    let woken = false;
+    let wake = null;
+    let done = false;
+    try {
+      for (;;) {
+        const sent = now();
+        const [status, value] = await L._acquire(this.name, this.owner, mode, leaseMs, intent, upgrade);
+        if (status === GRANTED) {
+          done = true;
+          this._granted(mode, value, sent);
+          return true;
+        }
+        if (status === UNACKED) {
+          done = true;
+          await L._release(this.name, this.owner, undo, leaseMs).catch(() => {}); // owed if it fails
+          if (isTry) return false;
+          throw new ReplicasNotAcknowledgedError(this.name, value, L.waitReplicas);
+        }
+        if (status === CONFLICT) {
+          done = true;
+          if (withdraw) await L._release(this.name, this.owner, 'q');
+          throw new UpgradeConflictError(this.name, value);
+        }
+        const t = now();
+        if (deadline !== null && t >= deadline) {
+          done = true;
+          if (withdraw) await L._release(this.name, this.owner, 'q');
+          return false;
+        }
+        if (!unlisten) {
+          // Listen first, then try again before any sleep, so a release
+          // published in between cannot be missed.
+          unlisten = await L.subscriber.listen(channel, () => {
+            woken = true;
+            if (wake) wake();
+          }).catch(() => null);
+          if (unlisten) continue;
+        }
+        let wait = value; // never past the hint
+        if (intent) wait = Math.min(wait, intent / 2); // keep our mark alive
+        if (deadline !== null) wait = Math.min(wait, deadline - t);
+        if (!unlisten) wait = Math.min(wait, POLL_MS);
+        if (!woken) {
+          await new Promise((resolve) => {
+            const timer = setTimeout(resolve, wait);
+            wake = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+          wake = null;
+        }
+        woken = false;
+      }
+    } catch (e) {
+      if (!done) {
+        // The connection failed with a call in flight: undo whatever may have
+        // been granted, withdraw the intent (owed if it fails too).
+        await L._release(this.name, this.owner, undo, leaseMs).catch(() => {});
+      }
+      throw e;
+    } finally {
+      if (unlisten) unlisten();
+    }
+  }
+
+  _granted(mode, token, sent) {
+    this.mode = mode;
+    this.token = token;
+    this._lost = false;
+    this._validUntil = sent + this.lease;
+    this._held = true;
+    this._schedule(this.lease / 3);
+  }
+
+  // -- renewing --------------------------------------------------------------
+
+  _schedule(ms) {
+    clearTimeout(this._timer);
+    this._timer = setTimeout(() => {
+      this._renewing = this._renewTick().finally(() => {
+        this._renewing = null;
+      });
+    }, ms);
+    this._timer.unref();
+  }
+
+  async _renewTick() {
+    if (!this._held || this._lost) return;
+    let ok;
+    try {
+      ok = await this._renewOnce();
+    } catch (e) {
+      if (e instanceof ProtocolVersionError) {
+        this._lost = true;
+        ok = false;
+      } else {
+        // Keep trying, sooner; `lost` turns true by itself once the lease
+        // has run out by our clock.
+        if (this._held) this._schedule(Math.min(this.lease / 3, 1000));
+        return;
+      }
+    }
+    if (!this._held) return;
+    if (ok) {
+      this._schedule(this.lease / 3);
+    } else {
+      this.emit('lost', this);
+    }
+  }
+
+  async _renewOnce() {
+    const sent = now();
+    if (await this.locks._renew(this.name, this.owner, Math.max(1, Math.round(this.lease))) === 1) {
+      this._validUntil = sent + this.lease;
+      return true;
+    }
+    this._lost = true;
+    return false;
+  }
+
+  /** Renew the lease now; true if still held (done every third of the lease by itself). */
+  async renew() {
+    if (!this._held) throw new RWLockError(`lock ${JSON.stringify(this.name)} is not held`);
+    if (this._lost) return false;
+    return this._renewOnce();
+  }
+
+  // -- releasing -------------------------------------------------------------
+
+  /** Release the hold: true if it was still held, false if it had been lost
+   *  (others may have held the lock meanwhile). If Redis's answer does not
+   *  come, the error is thrown and the release is owed: it is sent again
+   *  ahead of the next acquisition of the name. */
+  release() {
+    return this._drop('');
+  }
+
+  /** Holding the write lock, keep only a read lock (no writer in between). */
+  async downgrade() {
+    if (!this._held || this.mode !== 'w') throw new RWLockError('downgrade() needs a held write lock');
+    return this._drop('r');
+  }
+
+  async _drop(keep) {
+    if (!this._held) throw new RWLockError(`lock ${JSON.stringify(this.name)} is not held`);
+    clearTimeout(this._timer);
+    if (this._renewing) await this._renewing.catch(() => {});
+    const lost = this._lost;
+    const sent = now();
+    let held;
+    try {
+      held = await this.locks._release(this.name, this.owner, keep, Math.max(1, Math.round(this.lease)));
+    } catch (e) {
+      this._held = false; // owed now; the lease is the backstop
+      throw e;
+    }
+    if (keep && held === 1) {
+      this.mode = 'r';
+      this._validUntil = sent + this.lease;
+      this._schedule(this.lease / 3);
+    } else {
+      this._held = false;
+    }
+    return held === 1 && !lost;
+  }
+}
+
+module.exports = {
+  PROTOCOL_VERSION, INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, SCRIPTS,
+  Locks, Lock, RWLockError, ProtocolVersionError, LockTimeoutError,
+  UpgradeConflictError, ReplicasNotAcknowledgedError,
+  encodeName, lockKeys, loadScripts, defaultLuaDir,
+};

@@ -1,0 +1,52 @@
+"""rwlock_client: distributed read/write locks in Redis, shared with the
+rwlock PostgreSQL extension (protocol version 2, docs/protocol.md of the
+rwlock repository).
+
+    import redis
+    from rwlock_client import Client
+
+    locks = Client(redis.Redis(host="127.0.0.1", port=6379))
+    with locks.write_lock("invoice:42") as lk:      # waits as long as it takes
+        store.write(data, fencing_token=lk.token)
+
+asyncio: rwlock_client.aio.AsyncClient (also importable from here) on
+redis.asyncio. Any redis-py client works: redis.Redis,
+redis.sentinel.Sentinel(...).master_for(...), redis.cluster.RedisCluster.
+
+The protocol's Lua scripts ship inside the package (copied from the
+repository's lua/ when it was built); run from a checkout, the repository's
+lua/ is used. Override with lua_dir= or $RWLOCK_LUA_DIR.
+
+A Lock object is one holder (one owner id) and is meant for one thread at a
+time. Leases are renewed every third of the lease until release(). A release
+whose answer did not come is owed: it is sent again, on the same connection
+just ahead of the next acquisition of that name.
+"""
+from typing import TYPE_CHECKING
+
+from ._protocol import (INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, PROTOCOL_VERSION, SCRIPTS,
+                        LockTimeout, ProtocolVersionError, ReplicasNotAcknowledged,
+                        RWLockError, UpgradeConflict, default_lua_dir, encode_name,
+                        load_scripts, lock_keys)
+from ._sync import Client, Lock, sentinel_redis
+
+if TYPE_CHECKING:
+    from .aio import AsyncClient, AsyncLock
+
+
+def __getattr__(name):
+    # The asyncio classes, imported on first use (redis.asyncio is not needed otherwise).
+    if name in ("AsyncClient", "AsyncLock"):
+        from . import aio
+        return getattr(aio, name)
+    raise AttributeError(name)
+
+
+__all__ = [
+    "PROTOCOL_VERSION", "INTENT_MS", "KEEP_TOKEN_MS", "NAME_MAX", "SCRIPTS",
+    "Client", "Lock", "AsyncClient", "AsyncLock", "RWLockError",
+    "ProtocolVersionError", "LockTimeout", "UpgradeConflict",
+    "ReplicasNotAcknowledged", "lock_keys", "encode_name", "sentinel_redis",
+    "load_scripts", "default_lua_dir",
+]
+__version__ = "1.1.0"

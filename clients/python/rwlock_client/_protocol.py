@@ -1,0 +1,374 @@
+"""What the synchronous and the asyncio clients share: the protocol's values,
+keys, scripts, errors, owed releases and the waiting algorithm
+(docs/protocol.md), free of any I/O."""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+from typing import Dict, Generator, List, Optional, Tuple, Union
+from urllib.parse import unquote
+
+# The protocol this client speaks; sent as ARGV[1] of every script and checked
+# against the header ("-- rwlock protocol N: ...") of each script loaded.
+PROTOCOL_VERSION = "2"
+
+INTENT_MS = 2000          # lease of a waiting caller's mark (as the SQL side)
+KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
+NAME_MAX = 1024           # bytes: the longest name the SQL side accepts
+POLL_S = 0.05             # sleep between tries when subscribing failed
+SCRIPTS = ("acquire", "release", "renew", "info")
+
+# acquire.lua ARGV[7]: what the caller already holds of the name.
+HOLDS_READ = "r"          # its read lock: this acquisition is an upgrade
+HOLDS_NOTHING = "-"       # nothing: a read field of this owner left in Redis is stale
+
+
+class RWLockError(Exception):
+    """Base class of this package's errors."""
+
+
+class ProtocolVersionError(RWLockError):
+    """The lock's keys in Redis, or the scripts, speak another protocol version."""
+
+
+class LockTimeout(RWLockError, TimeoutError):
+    """A blocking acquire ran out of time."""
+
+
+class UpgradeConflict(RWLockError):
+    """Two read holders both wait to upgrade to the write lock: this one gives up."""
+
+    def __init__(self, name: str, other: str) -> None:
+        super().__init__(
+            "deadlock: this holder and %s both hold the read lock on %r and wait "
+            "for its write lock; release the read lock and retry" % (other, name))
+        self.other = other
+
+
+class ReplicasNotAcknowledged(RWLockError, ConnectionError):
+    """A grant fewer replicas than wait_replicas acknowledged; it was undone."""
+
+    def __init__(self, name: str, acks: int, wanted: int) -> None:
+        super().__init__("lock %r was granted but only %d of the %d replicas "
+                         "asked for acknowledged it; the grant was undone"
+                         % (name, acks, wanted))
+        self.name, self.acks, self.wanted = name, acks, wanted
+
+
+def version_error(name: str, exc: Exception) -> Optional[ProtocolVersionError]:
+    """The ProtocolVersionError for a Redis error reply RWLOCK_VERSION, else None."""
+    msg = str(exc)
+    if "RWLOCK_VERSION" not in msg:
+        return None
+    return ProtocolVersionError(
+        "lock %r is kept in another rwlock protocol version than this "
+        "client's (%s): %s" % (name, PROTOCOL_VERSION, msg))
+
+
+def encode_name(name: str) -> str:
+    """The name as it appears in keys: '%', '{', '}' percent-encoded."""
+    return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def lock_keys(prefix: str, name: str) -> Tuple[str, str, str]:
+    """(hash, queue, channel) of lock `name` under `prefix`: the scripts take
+    the first two as KEYS. Waiting readers are woken on the channel, a
+    waiting writer on its own, channel + ":" + its owner id."""
+    base = "%s:{%s}" % (prefix, encode_name(name))
+    return base, base + ":q", base + ":c"
+
+
+def check_prefix(prefix: str) -> None:
+    if not prefix or "{" in prefix or "}" in prefix or any(ord(c) < 32 for c in prefix):
+        raise ValueError("prefix must be non-empty, without braces or control characters")
+
+
+def check_name(name: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError("lock name must be a non-empty string")
+    if len(name.encode("utf-8")) > NAME_MAX:
+        raise ValueError("lock name is longer than %d bytes" % NAME_MAX)
+
+
+# -- the scripts ---------------------------------------------------------------
+
+def _candidate_dirs() -> List[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    # 1. copied into the package when it was built (pip install);
+    # 2. the repository's lua/, when run from a checkout (clients/python).
+    return [os.path.join(here, "lua"),
+            os.path.normpath(os.path.join(here, "..", "..", "..", "lua"))]
+
+
+def default_lua_dir() -> str:
+    """$RWLOCK_LUA_DIR, else the scripts shipped in the package, else the
+    repository's lua/ (when imported from a checkout)."""
+    env = os.environ.get("RWLOCK_LUA_DIR")
+    if env:
+        return env
+    for d in _candidate_dirs():
+        if all(os.path.isfile(os.path.join(d, s + ".lua")) for s in SCRIPTS):
+            return d
+    raise RWLockError(
+        "rwlock_client: the protocol's scripts were not found (looked in %s). "
+        "Install the package with pip from the rwlock repository "
+        "(pip install ./clients/python), which copies lua/*.lua into it, or "
+        "pass lua_dir= / set RWLOCK_LUA_DIR to a copy of the repository's lua/."
+        % " and ".join(_candidate_dirs()))
+
+
+def load_scripts(lua_dir: Optional[str] = None) -> Dict[str, str]:
+    """{name: source} of the protocol's scripts, checked to be PROTOCOL_VERSION."""
+    lua_dir = lua_dir or default_lua_dir()
+    out = {}
+    for name in SCRIPTS:
+        path = os.path.join(lua_dir, name + ".lua")
+        with open(path, "rb") as f:
+            body = f.read().decode("utf-8")
+        m = re.match(r"-- rwlock protocol (\S+):", body)
+        if not m:
+            raise ProtocolVersionError("%s does not say which protocol it is" % path)
+        if m.group(1) != PROTOCOL_VERSION:
+            raise ProtocolVersionError(
+                "%s is rwlock protocol %s; this client speaks %s"
+                % (path, m.group(1), PROTOCOL_VERSION))
+        out[name] = body
+    return out
+
+
+# -- owners, arguments, replies ---------------------------------------------------
+
+def owner_prefix() -> str:
+    return "py:%s:%d" % (socket.gethostname()[:40], os.getpid())
+
+
+def new_owner(prefix: str) -> str:
+    """A fresh owner id: py:<hostname>:<pid>:<random>."""
+    return "%s:%s" % (prefix, secrets.token_hex(6))
+
+
+def text(v: Union[bytes, str]) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def ms(seconds: float) -> int:
+    return max(1, int(round(seconds * 1000)))
+
+
+def acquire_args(owner: str, mode: str, lease_ms: int, intent_ms: int,
+                 upgrade: bool) -> list:
+    return [PROTOCOL_VERSION, owner, mode, lease_ms, intent_ms, KEEP_TOKEN_MS,
+            HOLDS_READ if upgrade else HOLDS_NOTHING]
+
+
+def release_args(owner: str, keep: str, lease_ms: int = 0) -> list:
+    return [PROTOCOL_VERSION, owner, keep, lease_ms, KEEP_TOKEN_MS]
+
+
+def renew_args(owner: str, lease_ms: int) -> list:
+    return [PROTOCOL_VERSION, owner, lease_ms, KEEP_TOKEN_MS]
+
+
+# What _acquire answers: (GRANTED, token), (BUSY, ms to sleep at most),
+# (CONFLICT, other owner), (UNACKED, acks: granted, too few replicas).
+GRANTED, BUSY, CONFLICT, UNACKED = 1, 0, -1, -2
+
+
+def acquire_outcome(reply, acks: Optional[int], wanted: int) -> Tuple[int, object]:
+    if isinstance(reply, (bytes, str)):
+        return CONFLICT, text(reply)
+    r = int(reply)
+    if r >= 0 and acks is not None and acks < wanted:
+        return UNACKED, acks
+    return (GRANTED, r) if r >= 0 else (BUSY, -r)
+
+
+def parse_info(reply) -> dict:
+    state, token, writer, writer_ms, readers, waiting = reply
+
+    def pairs(flat):
+        return {text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+    return {"state": text(state), "token": int(token),
+            "writer": text(writer) or None, "writer_ms": int(writer_ms),
+            "readers": pairs(readers), "waiting": pairs(waiting)}
+
+
+def parse_sentinel_url(url: str, kwargs: dict):
+    """(sentinels, sentinel_kwargs, master kwargs, master name) of a
+    redis+sentinel:// (or rediss+sentinel://) URL:
+    [user[:password]@]h1:p1[,h2:p2...]/name[/db]."""
+    m = re.match(r"^(rediss?)\+sentinel://(?:([^@/]*)@)?([^/]+)/([^/]+)(?:/(\d+))?/?$", url)
+    if not m:
+        raise ValueError("not a redis+sentinel://[user[:password]@]host1:port1"
+                         "[,host2:port2...]/master-name[/db] URL")
+    scheme, userinfo, hosts, name, db = m.groups()
+    sentinels = []
+    for item in hosts.split(","):
+        if item.startswith("["):
+            h = item[1:item.index("]")]
+            rest = item[item.index("]") + 1:]
+            p = rest[1:] if rest.startswith(":") else ""
+        else:
+            h, _, p = item.partition(":")
+        sentinels.append((h, int(p) if p else 26379))
+    conn = dict(kwargs)
+    sentinel_kwargs = dict(conn.pop("sentinel_kwargs", {}) or {})
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        if user:
+            conn.setdefault("username", unquote(user))
+        conn.setdefault("password", unquote(password))
+    if db:
+        conn.setdefault("db", int(db))
+    if scheme == "rediss":
+        conn.setdefault("ssl", True)
+        sentinel_kwargs.setdefault("ssl", True)
+    return sentinels, sentinel_kwargs, conn, unquote(name)
+
+
+def is_sentinel_url(url: str) -> bool:
+    return "+sentinel://" in url.split("/", 3)[0] + "//"
+
+
+# -- owed releases -----------------------------------------------------------------
+
+class OwedReleases:
+    """Releases whose answer was not received (docs/protocol.md 12): each is
+    sent again, ahead of the next acquisition of its name, before that name is
+    taken again. Keyed by name, then owner: (keep, lease ms)."""
+
+    def __init__(self) -> None:
+        self._owed: Dict[str, Dict[str, Tuple[str, int]]] = {}
+        self._mutex = threading.Lock()
+
+    def add(self, name: str, owner: str, keep: str, lease_ms: int) -> None:
+        with self._mutex:
+            self._owed.setdefault(name, {})[owner] = (keep, lease_ms)
+
+    def get(self, name: str) -> List[Tuple[str, str, int]]:
+        """[(owner, keep, lease ms)] owed for name."""
+        with self._mutex:
+            return [(o, k, lm) for o, (k, lm) in self._owed.get(name, {}).items()]
+
+    def done(self, name: str, owners) -> None:
+        with self._mutex:
+            d = self._owed.get(name)
+            if d is None:
+                return
+            for o in owners:
+                d.pop(o, None)
+            if not d:
+                del self._owed[name]
+
+    def __len__(self) -> int:
+        with self._mutex:
+            return sum(len(d) for d in self._owed.values())
+
+
+# -- waiting (docs/protocol.md 12) -----------------------------------------------------
+#
+# take_plan is the waiting algorithm as a generator: it yields the I/O it
+# needs and is sent the results (or thrown the exceptions); the synchronous
+# and the asyncio locks each run it with their own I/O (drive / adrive).
+
+class Acquire:
+    """Run acquire.lua once; result: (GRANTED|BUSY|CONFLICT|UNACKED, value)."""
+
+
+class Release:
+    """Run release.lua with keep (the undo of a grant, a withdrawal)."""
+
+    def __init__(self, keep: str) -> None:
+        self.keep = keep
+
+
+class Subscribe:
+    """Listen on the waiter's channel; result: True if Redis confirmed it."""
+
+
+class Sleep:
+    """Sleep `seconds`, on the channel if subscribed (woken by a message),
+    else polling; result: False if the subscription broke."""
+
+    def __init__(self, seconds: float, subscribed: bool) -> None:
+        self.seconds, self.subscribed = seconds, subscribed
+
+
+Step = Union[Acquire, Release, Subscribe, Sleep]
+
+
+def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
+              is_try: bool, wanted_acks: int,
+              granted) -> Generator[Step, object, bool]:
+    """Take the lock: True once granted (granted(token, sent) called), False
+    when the time ran out. Raises UpgradeConflict, ReplicasNotAcknowledged."""
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    # A caller that will wait leaves a mark: a writer's intent (new readers
+    # queue behind it), a reader's claim to a turn after the current writer.
+    # It lasts INTENT_MS and is renewed at each try.
+    intent = INTENT_MS if timeout is None or timeout > 0 else 0
+    withdraw = bool(intent) and mode == "w"
+    subscribed = False
+    done = False
+    undo = "r" if upgrade else ""
+    try:
+        while True:
+            sent = time.monotonic()
+            status, value = yield Acquire()
+            if status == GRANTED:
+                done = True
+                granted(int(value), sent)
+                return True
+            if status == UNACKED:
+                # Granted, but too few replicas acknowledged it: undo.
+                done = True
+                err = ReplicasNotAcknowledged(name, int(value), wanted_acks)
+                try:
+                    yield Release(undo)
+                except Exception:
+                    pass            # owed: sent again before the name is taken again
+                if is_try:
+                    return False
+                raise err
+            if status == CONFLICT:
+                done = True
+                if withdraw:
+                    yield Release("q")
+                raise UpgradeConflict(name, str(value))
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                done = True
+                if withdraw:
+                    yield Release("q")
+                return False
+            if not subscribed:
+                # Listen first, then try again before any sleep, so a
+                # release published in between cannot be missed.
+                subscribed = bool((yield Subscribe()))
+                if subscribed:
+                    continue
+            wait_ms = int(value)                        # never past the hint
+            if intent:
+                wait_ms = min(wait_ms, intent // 2)     # keep our mark alive
+            wait = wait_ms / 1000.0
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            if not subscribed:
+                wait = min(wait, POLL_S)
+            if (yield Sleep(wait, subscribed)) is False:
+                subscribed = False          # the subscription broke: again
+    except GeneratorExit:
+        raise
+    except BaseException:
+        if not done:
+            # Interrupted, or the connection failed with a call in flight:
+            # undo whatever may have been granted, withdraw the intent.
+            try:
+                yield Release(undo)
+            except Exception:
+                pass
+        raise

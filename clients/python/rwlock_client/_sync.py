@@ -1,0 +1,582 @@
+"""The synchronous client: Client and Lock on any redis-py client (redis.Redis,
+Sentinel(...).master_for(...), redis.cluster.RedisCluster)."""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import redis
+
+from . import _protocol as p
+from ._protocol import (PROTOCOL_VERSION, Acquire, LockTimeout,
+                        ProtocolVersionError, Release, Sleep, Subscribe)
+
+log = logging.getLogger("rwlock_client")
+
+Call = Tuple[str, Sequence[Any]]
+
+
+def _is_cluster(client: Any) -> bool:
+    try:
+        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    except ImportError:                 # redis-py without it
+        AsyncRedisCluster = ()
+    from redis.cluster import RedisCluster
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))
+
+
+def sentinel_redis(url: str, **kwargs: Any) -> "redis.Redis":
+    """A redis.Redis for the master of a redis+sentinel:// (or
+    rediss+sentinel://) URL: [user[:password]@]h1:p1[,h2:p2...]/name[/db].
+    The URL's user and password are the master's; pass the sentinels' own
+    with sentinel_kwargs={"password": ...}. Other kwargs go to the master's
+    connections."""
+    from redis.sentinel import Sentinel
+    sentinels, sentinel_kwargs, conn, name = p.parse_sentinel_url(url, kwargs)
+    return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **conn).master_for(name)
+
+
+class Run:
+    """Run one script: the reply."""
+    __slots__ = ("script", "name", "args")
+
+    def __init__(self, script: str, name: str, args: Sequence[Any]) -> None:
+        self.script, self.name, self.args = script, name, args
+
+
+class Pipe:
+    """Several script calls (and WAIT) in one round trip, on one connection,
+    in order: (replies, acks or None)."""
+    __slots__ = ("name", "calls", "wait")
+
+    def __init__(self, name: str, calls: Sequence[Call], wait: bool) -> None:
+        self.name, self.calls, self.wait = name, calls, wait
+
+
+class BaseClient:
+    """What Client and AsyncClient share: settings, scripts, keys, and the
+    protocol's calls as generators yielding Run and Pipe, which each runs
+    with its own I/O (drive, adrive)."""
+
+    _lock_class: Any = None         # Lock, AsyncLock
+    _redis_class: Any = None        # redis.Redis, redis.asyncio.Redis
+    _sentinel_redis: Any = None     # sentinel_redis of each
+
+    def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
+                 lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
+                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1) -> None:
+        p.check_prefix(prefix)
+        if lease <= 0:
+            raise ValueError("lease must be positive")
+        self.redis = redis_client
+        self.prefix = prefix
+        self.lease = float(lease)
+        self.subscribe_timeout = subscribe_timeout
+        self.owner_prefix = p.owner_prefix()
+        self.wait_replicas = int(wait_replicas)
+        self.wait_replicas_timeout = float(wait_replicas_timeout)
+        self._bodies = p.load_scripts(lua_dir)
+        # EVALSHA by our own SHA1s (not register_script: redis-py 4.3's
+        # Script does not work on RedisCluster).
+        self._shas = {n: hashlib.sha1(b.encode("utf-8")).hexdigest()
+                      for n, b in self._bodies.items()}
+        # RedisCluster's pipelines refuse EVALSHA (redis-py 4.3): owed
+        # releases then go first, each waited for, and WAIT is not offered.
+        self._pipelines = not _is_cluster(redis_client)
+        if self.wait_replicas > 0 and not self._pipelines:
+            raise ValueError("wait_replicas needs a client with pipelines (not RedisCluster)")
+        # On a cluster, redis-py logs every NOSCRIPT with a traceback: load
+        # the scripts on all primaries before the first call instead.
+        self._preload = not self._pipelines
+        self._owed = p.OwedReleases()
+        self._unacked_logged = 0.0
+
+    @classmethod
+    def from_url(cls, url: str, redis_kwargs: Optional[dict] = None, **kwargs: Any):
+        """redis://, rediss://, unix:// (redis-py's from_url) or
+        redis+sentinel:// / rediss+sentinel:// (sentinel_redis)."""
+        if p.is_sentinel_url(url):
+            return cls(cls._sentinel_redis(url, **(redis_kwargs or {})), **kwargs)
+        return cls(cls._redis_class.from_url(url, **(redis_kwargs or {})), **kwargs)
+
+    def new_owner(self) -> str:
+        """A fresh owner id: py:<hostname>:<pid>:<random>."""
+        return p.new_owner(self.owner_prefix)
+
+    def write_lock(self, name: str, lease: Optional[float] = None,
+                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+        """A lock object for the write lock of `name` (not yet acquired)."""
+        return self._lock_class(self, name, "w", lease, timeout, on_lost)
+
+    def read_lock(self, name: str, lease: Optional[float] = None,
+                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+        """A lock object for the read lock of `name` (not yet acquired)."""
+        return self._lock_class(self, name, "r", lease, timeout, on_lost)
+
+    def _keys(self, name: str) -> List[str]:
+        return list(p.lock_keys(self.prefix, name)[:2])
+
+    def _fill(self, pipe: Any, calls: Sequence[Call], keys: List[str], wait: bool) -> None:
+        for script, args in calls:
+            pipe.evalsha(self._shas[script], 2, *keys, *args)
+        if wait:
+            pipe.execute_command("WAIT", self.wait_replicas,
+                                 max(1, int(self.wait_replicas_timeout * 1000)))
+
+    @staticmethod
+    def _noscript(replies: Sequence[Any]) -> bool:
+        return any(isinstance(r, redis.exceptions.NoScriptError) for r in replies)
+
+    def _checked(self, name: str, replies: Sequence[Any], wait: bool):
+        """(script replies, acks or None); raises the first error reply."""
+        for r in replies:
+            if isinstance(r, Exception):
+                raise p.version_error(name, r) or r
+        if wait:
+            return list(replies[:-1]), int(replies[-1])
+        return list(replies), None
+
+    # -- the protocol's calls, as generators ------------------------------------
+
+    def _info_g(self, name: str):
+        return p.parse_info((yield Run("info", name, [PROTOCOL_VERSION])))
+
+    def _acquire_g(self, name: str, owner: str, mode: str, lease_ms: int,
+                   intent_ms: int, upgrade: bool = False):
+        args = p.acquire_args(owner, mode, lease_ms, intent_ms, upgrade)
+        owed = self._owed.get(name)
+        if owed and not self._pipelines:
+            for o, keep, lm in owed:
+                yield from self._release_g(name, o, keep, lm)   # each answered first
+            owed = []
+        wait = self.wait_replicas > 0
+        if owed or wait:
+            # Owed releases of this name go first, on the same connection.
+            calls = [("release", p.release_args(o, k, lm)) for o, k, lm in owed]
+            replies, acks = yield Pipe(name, calls + [("acquire", args)], wait)
+            self._owed.done(name, [o for o, _, _ in owed])
+            reply = replies[-1]
+        else:
+            reply, acks = (yield Run("acquire", name, args)), None
+        return p.acquire_outcome(reply, acks, self.wait_replicas)
+
+    def _release_g(self, name: str, owner: str, keep: str, lease_ms: int = 0):
+        """release.lua; one whose answer does not come is owed."""
+        try:
+            held = int((yield Run("release", name, p.release_args(owner, keep, lease_ms))))
+        except (GeneratorExit, ProtocolVersionError):
+            raise
+        except BaseException:
+            self._owed.add(name, owner, keep, lease_ms)
+            raise
+        if keep == "":
+            self._owed.done(name, [owner])
+        return held
+
+    def _renew_g(self, name: str, owner: str, lease_ms: int):
+        args = p.renew_args(owner, lease_ms)
+        if self.wait_replicas > 0:
+            (held,), acks = yield Pipe(name, [("renew", args)], True)
+            if acks < self.wait_replicas and time.monotonic() - self._unacked_logged > 10:
+                # Not a loss: the master has the renewal; the next asks again.
+                self._unacked_logged = time.monotonic()
+                log.warning("rwlock: a renewal of %r was acknowledged by %d of "
+                            "the %d replicas asked for", name, acks, self.wait_replicas)
+            return int(held)
+        return int((yield Run("renew", name, args)))
+
+
+class Client(BaseClient):
+    """Locks on one Redis service, through any synchronous redis-py client
+    (redis.Redis, Sentinel(...).master_for(...), RedisCluster; thread-safe).
+
+    prefix: the extension's rwlock.key_prefix; lease: seconds (the
+    extension's rwlock.lease); lua_dir: where the scripts are (default: those
+    shipped in the package); wait_replicas: replicas that must acknowledge a
+    grant (WAIT)."""
+
+    _redis_class = redis.Redis
+    _sentinel_redis = staticmethod(sentinel_redis)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._renewer = Renewer()
+
+    def info(self, name: str) -> Dict[str, Any]:
+        """The state of lock `name` as Redis has it now."""
+        return drive(self._info_g(name), self._io)
+
+    def _acquire(self, *args: Any):
+        return drive(self._acquire_g(*args), self._io)
+
+    def _release(self, *args: Any) -> int:
+        return drive(self._release_g(*args), self._io)
+
+    def _renew(self, *args: Any) -> int:
+        return drive(self._renew_g(*args), self._io)
+
+    def _io(self, step: Any) -> Any:
+        """Run a Run or a Pipe."""
+        keys = self._keys(step.name)
+        if self._preload:
+            for body in self._bodies.values():
+                self.redis.script_load(body)
+            self._preload = False
+        if isinstance(step, Run):
+            try:
+                try:
+                    return self.redis.evalsha(self._shas[step.script], 2, *keys, *step.args)
+                except redis.exceptions.NoScriptError:
+                    return self.redis.eval(self._bodies[step.script], 2, *keys, *step.args)
+            except redis.exceptions.ResponseError as e:
+                raise p.version_error(step.name, e) or e
+        for attempt in (0, 1):
+            pipe = self.redis.pipeline(transaction=False)
+            self._fill(pipe, step.calls, keys, step.wait)
+            replies = pipe.execute(raise_on_error=False)
+            if attempt == 0 and self._noscript(replies):
+                for body in self._bodies.values():
+                    self.redis.script_load(body)
+                continue
+            break
+        return self._checked(step.name, replies, step.wait)
+
+
+    def _subscribe(self, channel: str):
+        """A PubSub listening on channel once Redis confirmed it, or None."""
+        ps = self.redis.pubsub()
+        try:
+            ps.subscribe(channel)
+            end = time.monotonic() + self.subscribe_timeout
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                m = ps.get_message(timeout=left)
+                if m and p.text(m["type"]) == "subscribe" and p.text(m["channel"]) == channel:
+                    return ps
+        except redis.exceptions.RedisError as e:
+            log.debug("rwlock: subscribing to %s failed: %s", channel, e)
+        ps.close()
+        return None
+
+
+def _wait_message(ps: Any, channel: str, timeout: float) -> bool:
+    """Wait up to timeout s for a message on channel. False on timeout."""
+    end = time.monotonic() + timeout
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        m = ps.get_message(timeout=left)
+        if m and p.text(m["type"]) == "message" and p.text(m["channel"]) == channel:
+            return True
+
+
+class Renewer:
+    """One daemon thread per Client renews every held Lock of it when due
+    (a thread per hold would cost more than the lock itself)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: List[Tuple[float, int, "Lock"]] = []
+        self._seq = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def schedule(self, lock: "Lock", delay: float) -> None:
+        with self._cond:
+            self._seq += 1
+            lock._renew_seq = self._seq
+            due = time.monotonic() + delay
+            first = not self._heap or due < self._heap[0][0]
+            heapq.heappush(self._heap, (due, self._seq, lock))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="rwlock-renew")
+                self._thread.start()
+            if first:
+                self._cond.notify()     # else it wakes up earlier anyway
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        _, seq, lock = heapq.heappop(self._heap)
+                        if seq == lock._renew_seq:
+                            break               # else: cancelled or rescheduled
+                        continue
+                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
+            lock._renew_due(self)
+
+
+class LockState:
+    """What a holder knows of its hold, shared by Lock and AsyncLock."""
+
+    def __init__(self, client: Any, name: str, mode: str, lease: Optional[float],
+                 timeout: Optional[float], on_lost: Optional[Callable]) -> None:
+        p.check_name(name)
+        if mode not in ("r", "w"):
+            raise ValueError("mode must be 'r' or 'w'")
+        self.client = client
+        self.name = name
+        self.mode = mode
+        self.lease = float(lease if lease is not None else client.lease)
+        if self.lease <= 0:
+            raise ValueError("lease must be positive")
+        self.timeout = timeout              # for the context manager
+        self.on_lost = on_lost              # called as on_lost(lock)
+        self.owner: str = client.new_owner()
+        self.token: Optional[int] = None
+        self._channel = p.lock_keys(client.prefix, name)[2]
+        self._held = False
+        self._lost = False
+        self._valid_until = 0.0             # monotonic; lease end as we know it
+
+    def __repr__(self) -> str:
+        return "<rwlock %s %r owner=%s held=%s lost=%s token=%s>" % (
+            "write" if self.mode == "w" else "read", self.name, self.owner,
+            self._held, self.lost, self.token)
+
+    @property
+    def held(self) -> bool:
+        """Acquired and not released (it may have been lost meanwhile)."""
+        return self._held
+
+    @property
+    def lost(self) -> bool:
+        """True once the hold is known or presumed lost: Redis said so at a
+        renewal, or the lease has run out by our clock without a renewal."""
+        return self._held and (self._lost or time.monotonic() > self._valid_until)
+
+    def _channel_for(self, mode: str) -> str:
+        # Readers are woken on the lock's channel, a writer on its own.
+        return self._channel if mode == "r" else "%s:%s" % (self._channel, self.owner)
+
+    def _timeout_error(self, timeout: Optional[float]) -> LockTimeout:
+        return LockTimeout("timed out after %ss waiting for the %s lock %r"
+                           % (timeout, "write" if self.mode == "w" else "read", self.name))
+
+    def _take_setup(self, mode: str, timeout: Optional[float], upgrade: bool):
+        """(client, lease ms, mark ms, channel) of an acquisition, checked."""
+        if upgrade and (not self._held or self.mode != "r"):
+            raise RuntimeError("upgrade() needs a held read lock")
+        if self._held and not upgrade:
+            raise RuntimeError("%r is already held" % self)
+        intent_ms = p.INTENT_MS if timeout is None or timeout > 0 else 0
+        return self.client, p.ms(self.lease), intent_ms, self._channel_for(mode)
+
+    def _check_drop(self, keep: str) -> None:
+        if not self._held:
+            raise RuntimeError("%r is not held" % self)
+        if keep == "r" and self.mode != "w":
+            raise RuntimeError("downgrade() needs a held write lock")
+
+    def _set_granted(self, mode: str, token: int, sent: float) -> None:
+        self.mode = mode
+        self.token = token
+        self._lost = False
+        self._valid_until = sent + self.lease
+        self._held = True
+
+    def _set_released(self, keep: str, held: int, sent: float) -> None:
+        if keep and held == 1:
+            self.mode = "r"
+            self._valid_until = sent + self.lease
+        else:
+            self._held = False
+
+
+class Lock(LockState):
+    """One holder's read or write lock on one name.
+
+    Properties: name, mode ("r"/"w"), owner, token (fencing token of the hold),
+    held (acquired and not released), lost (the lease ran out or Redis lost it
+    while held: the hold no longer excludes others). One thread at a time.
+    """
+
+    def __init__(self, client: Client, name: str, mode: str, lease: Optional[float] = None,
+                 timeout: Optional[float] = None,
+                 on_lost: Optional[Callable[["Lock"], Any]] = None) -> None:
+        super().__init__(client, name, mode, lease, timeout, on_lost)
+        self._mutex = threading.Lock()
+        self._renew_seq = 0     # the Renewer's entry for this hold; 0: none
+
+    # -- acquiring ----------------------------------------------------------
+
+    def acquire(self, timeout: Optional[float] = None) -> int:
+        """Wait for the lock (forever, or up to timeout s); the fencing token.
+        Raises LockTimeout when the time runs out."""
+        if not self._take(self.mode, timeout, upgrade=False):
+            raise self._timeout_error(timeout)
+        assert self.token is not None
+        return self.token
+
+    def try_acquire(self, wait: float = 0.0) -> bool:
+        """Take the lock if it is free within `wait` s; True if taken."""
+        return self._take(self.mode, wait, upgrade=False, is_try=True)
+
+    def upgrade(self, timeout: Optional[float] = None) -> bool:
+        """Holding the read lock, wait for the write lock too (until this
+        holder is the only reader). True if upgraded, False on timeout (the
+        read lock is kept). Raises UpgradeConflict if another reader already
+        waits to upgrade."""
+        return self._take("w", timeout, upgrade=True)
+
+    def _take(self, mode: str, timeout: Optional[float], upgrade: bool,
+              is_try: bool = False) -> bool:
+        c, lease_ms, intent_ms, channel = self._take_setup(mode, timeout, upgrade)
+        ps = None
+
+        def granted(token: int, sent: float) -> None:
+            self._granted(mode, token, sent)
+
+        def step(s: p.Step) -> Any:
+            nonlocal ps
+            if isinstance(s, Acquire):
+                return c._acquire(self.name, self.owner, mode, lease_ms,
+                                  intent_ms, upgrade)
+            if isinstance(s, Release):
+                return c._release(self.name, self.owner, s.keep, lease_ms)
+            if isinstance(s, Subscribe):
+                ps = c._subscribe(channel)
+                return ps is not None
+            assert isinstance(s, Sleep)
+            if not s.subscribed:
+                time.sleep(max(0.0, s.seconds))
+                return True
+            try:
+                _wait_message(ps, channel, s.seconds)
+                return True
+            except redis.exceptions.RedisError:
+                ps.close()
+                ps = None
+                return False
+
+        try:
+            return drive(p.take_plan(self.name, mode, timeout, upgrade, is_try,
+                                     c.wait_replicas, granted), step)
+        finally:
+            if ps is not None:
+                try:
+                    ps.close()
+                except Exception:
+                    pass
+
+    def _granted(self, mode: str, token: int, sent: float) -> None:
+        with self._mutex:
+            self._set_granted(mode, token, sent)
+            self.client._renewer.schedule(self, self.lease / 3.0)
+
+    # -- renewing -----------------------------------------------------------
+
+    def renew(self) -> bool:
+        """Renew the lease now; True if still held (the background thread
+        does this every third of the lease)."""
+        with self._mutex:
+            if not self._held:
+                raise RuntimeError("%r is not held" % self)
+            return self._renew_locked()
+
+    def _renew_locked(self) -> bool:
+        if self._lost:
+            return False
+        sent = time.monotonic()
+        if self.client._renew(self.name, self.owner, p.ms(self.lease)) == 1:
+            self._valid_until = sent + self.lease
+            return True
+        self._lost = True
+        return False
+
+    def _renew_due(self, renewer: Renewer) -> None:
+        """The Renewer's call, every third of the lease while held."""
+        interval = self.lease / 3.0
+        with self._mutex:
+            if not self._held or self._renew_seq == 0:
+                return
+            try:
+                ok = self._renew_locked()
+                if ok:
+                    renewer.schedule(self, interval)
+            except ProtocolVersionError as e:
+                log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                self._lost, ok = True, False
+            except redis.exceptions.RedisError as e:
+                # Keep trying, sooner; `lost` turns true by itself once the
+                # lease has run out by our clock.
+                log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                renewer.schedule(self, min(interval, 1.0))
+                return
+        if not ok:
+            log.warning("rwlock: lock %r (owner %s) was lost", self.name, self.owner)
+            if self.on_lost is not None:
+                try:
+                    self.on_lost(self)
+                except Exception:
+                    log.exception("rwlock: on_lost callback failed")
+
+    # -- releasing ----------------------------------------------------------
+
+    def release(self) -> bool:
+        """Release the hold. True if it was still held, False if it had been
+        lost (then others may have held the lock meanwhile). If Redis's
+        answer does not come, the error is raised and the release is owed:
+        the client sends it again ahead of the next acquisition of the name."""
+        return self._drop("")
+
+    def downgrade(self) -> bool:
+        """Holding the write lock, keep only a read lock (no other writer can
+        get in between). True if the write lock was still held; False if it
+        was lost (then nothing is held)."""
+        return self._drop("r")
+
+    def _drop(self, keep: str) -> bool:
+        self._check_drop(keep)
+        with self._mutex:     # a renewal in flight ends first; none after
+            lost = self._lost
+            sent = time.monotonic()
+            try:
+                held = self.client._release(self.name, self.owner, keep, p.ms(self.lease))
+            except BaseException:
+                # Owed now; the lease is the backstop: stop renewing, forget it.
+                self._held = False
+                self._renew_seq = 0
+                raise
+            self._set_released(keep, held, sent)
+            if not self._held:
+                self._renew_seq = 0
+        return held == 1 and not lost
+
+    # -- context manager ------------------------------------------------------
+
+    def __enter__(self) -> "Lock":
+        self.acquire(self.timeout)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self._held and not self.release():
+            log.warning("rwlock: lock %r was lost before it was released", self.name)
+        return False
+
+
+def drive(gen, step: Callable[[Any], Any]) -> Any:
+    """Run a take_plan generator with the synchronous step(): its return value."""
+    try:
+        s = next(gen)
+        while True:
+            try:
+                r = step(s)
+            except BaseException as e:
+                s = gen.throw(e)
+            else:
+                s = gen.send(r)
+    except StopIteration as stop:
+        return stop.value
+
+
+Client._lock_class = Lock

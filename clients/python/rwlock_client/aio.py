@@ -1,0 +1,307 @@
+"""The asyncio client: AsyncClient and AsyncLock on redis.asyncio (Redis,
+Sentinel(...).master_for(...)). Same protocol, same waiting algorithm
+(rwlock_client._protocol.take_plan) and the same owed-release rule as the
+synchronous client; renewal is an asyncio task per held lock.
+
+    import redis.asyncio as aredis
+    from rwlock_client.aio import AsyncClient
+
+    locks = AsyncClient(aredis.Redis())
+    async with locks.write_lock("invoice:42", timeout=10) as lk:
+        await save(data, fencing_token=lk.token)
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import Any, Awaitable, Callable, Dict, Optional, Union
+
+import redis
+import redis.asyncio as aredis
+
+from . import _protocol as p
+from ._protocol import Acquire, ProtocolVersionError, Release, Sleep, Subscribe
+from ._sync import BaseClient, LockState, Run
+
+log = logging.getLogger("rwlock_client")
+
+OnLost = Callable[["AsyncLock"], Union[None, Awaitable[None]]]
+
+__all__ = ["AsyncClient", "AsyncLock", "sentinel_redis"]
+
+
+def sentinel_redis(url: str, **kwargs: Any) -> "aredis.Redis":
+    """redis.asyncio's master of a redis+sentinel:// URL (see
+    rwlock_client.sentinel_redis)."""
+    from redis.asyncio.sentinel import Sentinel
+    sentinels, sentinel_kwargs, conn, name = p.parse_sentinel_url(url, kwargs)
+    return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **conn).master_for(name)
+
+
+class AsyncClient(BaseClient):
+    """Locks on one Redis service through a redis.asyncio client (Redis,
+    Sentinel(...).master_for(...), RedisCluster). Arguments as
+    rwlock_client.Client."""
+
+    _redis_class = aredis.Redis
+    _sentinel_redis = staticmethod(sentinel_redis)
+
+    async def info(self, name: str) -> Dict[str, Any]:
+        return await adrive(self._info_g(name), self._io)
+
+    async def _acquire(self, *args: Any):
+        return await adrive(self._acquire_g(*args), self._io)
+
+    async def _release(self, *args: Any) -> int:
+        return await adrive(self._release_g(*args), self._io)
+
+    async def _renew(self, *args: Any) -> int:
+        return await adrive(self._renew_g(*args), self._io)
+
+    async def _io(self, step: Any) -> Any:
+        """Run a Run or a Pipe (as Client._io, with await)."""
+        keys = self._keys(step.name)
+        if self._preload:
+            for body in self._bodies.values():
+                await self.redis.script_load(body)
+            self._preload = False
+        if isinstance(step, Run):
+            try:
+                try:
+                    return await self.redis.evalsha(self._shas[step.script], 2, *keys,
+                                                    *step.args)
+                except redis.exceptions.NoScriptError:
+                    return await self.redis.eval(self._bodies[step.script], 2, *keys,
+                                                 *step.args)
+            except redis.exceptions.ResponseError as e:
+                raise p.version_error(step.name, e) or e
+        for attempt in (0, 1):
+            pipe = self.redis.pipeline(transaction=False)
+            self._fill(pipe, step.calls, keys, step.wait)
+            replies = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and self._noscript(replies):
+                for body in self._bodies.values():
+                    await self.redis.script_load(body)
+                continue
+            break
+        return self._checked(step.name, replies, step.wait)
+
+
+    async def _subscribe(self, channel: str):
+        ps = self.redis.pubsub()
+        try:
+            await ps.subscribe(channel)
+            end = time.monotonic() + self.subscribe_timeout
+            while time.monotonic() < end:
+                m = await ps.get_message(timeout=end - time.monotonic())
+                if m and p.text(m["type"]) == "subscribe" and p.text(m["channel"]) == channel:
+                    return ps
+        except redis.exceptions.RedisError as e:
+            log.debug("rwlock: subscribing to %s failed: %s", channel, e)
+        await _close(ps)
+        return None
+
+
+async def _close(ps: Any) -> None:
+    try:
+        await ps.reset()
+    except Exception:
+        pass
+
+
+async def _wait_message(ps: Any, channel: str, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        m = await ps.get_message(timeout=left)
+        if m and p.text(m["type"]) == "message" and p.text(m["channel"]) == channel:
+            return True
+
+
+class AsyncLock(LockState):
+    """One holder's read or write lock on one name, for asyncio. Same
+    properties as rwlock_client.Lock; one task at a time."""
+
+    def __init__(self, client: AsyncClient, name: str, mode: str,
+                 lease: Optional[float] = None, timeout: Optional[float] = None,
+                 on_lost: Optional[OnLost] = None) -> None:
+        super().__init__(client, name, mode, lease, timeout, on_lost)
+        self._mutex_obj: Optional[asyncio.Lock] = None
+        self._timer: Optional[asyncio.TimerHandle] = None   # the next renewal
+        self._renewing: Optional[asyncio.Task] = None
+
+    @property
+    def _mutex(self) -> asyncio.Lock:
+        # Made in the running loop (Python < 3.10 binds a Lock to the loop
+        # current when it is made).
+        if self._mutex_obj is None:
+            self._mutex_obj = asyncio.Lock()
+        return self._mutex_obj
+
+    async def acquire(self, timeout: Optional[float] = None) -> int:
+        """Wait for the lock (forever, or up to timeout s); the fencing token.
+        Raises LockTimeout when the time runs out."""
+        if not await self._take(self.mode, timeout, upgrade=False):
+            raise self._timeout_error(timeout)
+        assert self.token is not None
+        return self.token
+
+    async def try_acquire(self, wait: float = 0.0) -> bool:
+        return await self._take(self.mode, wait, upgrade=False, is_try=True)
+
+    async def upgrade(self, timeout: Optional[float] = None) -> bool:
+        return await self._take("w", timeout, upgrade=True)
+
+    async def _take(self, mode: str, timeout: Optional[float], upgrade: bool,
+                    is_try: bool = False) -> bool:
+        c, lease_ms, intent_ms, channel = self._take_setup(mode, timeout, upgrade)
+        ps = None
+
+        def granted(token: int, sent: float) -> None:
+            self._set_granted(mode, token, sent)
+            self._schedule(self.lease / 3.0)
+
+        async def step(s: p.Step) -> Any:
+            nonlocal ps
+            if isinstance(s, Acquire):
+                return await c._acquire(self.name, self.owner, mode, lease_ms,
+                                        intent_ms, upgrade)
+            if isinstance(s, Release):
+                return await c._release(self.name, self.owner, s.keep, lease_ms)
+            if isinstance(s, Subscribe):
+                ps = await c._subscribe(channel)
+                return ps is not None
+            assert isinstance(s, Sleep)
+            if not s.subscribed:
+                await asyncio.sleep(max(0.0, s.seconds))
+                return True
+            try:
+                await _wait_message(ps, channel, s.seconds)
+                return True
+            except redis.exceptions.RedisError:
+                await _close(ps)
+                ps = None
+                return False
+
+        try:
+            return await adrive(p.take_plan(self.name, mode, timeout, upgrade, is_try,
+                                            c.wait_replicas, granted), step)
+        finally:
+            if ps is not None:
+                await _close(ps)
+
+    async def renew(self) -> bool:
+        async with self._mutex:
+            if not self._held:
+                raise RuntimeError("%r is not held" % self)
+            return await self._renew_locked()
+
+    async def _renew_locked(self) -> bool:
+        if self._lost:
+            return False
+        sent = time.monotonic()
+        if await self.client._renew(self.name, self.owner, p.ms(self.lease)) == 1:
+            self._valid_until = sent + self.lease
+            return True
+        self._lost = True
+        return False
+
+    def _schedule(self, delay: float) -> None:
+        """Renew in `delay` s (a timer, not a task per hold: cheaper)."""
+        self._cancel_renewal()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(delay, self._start_renewal)
+
+    def _start_renewal(self) -> None:
+        # Referenced until done: the loop keeps only weak references to tasks.
+        self._renewing = asyncio.get_running_loop().create_task(self._renew_due())
+
+    def _cancel_renewal(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def _renew_due(self) -> None:
+        interval = self.lease / 3.0
+        async with self._mutex:
+            if not self._held:
+                return
+            try:
+                ok = await self._renew_locked()
+                if ok:
+                    self._schedule(interval)
+            except ProtocolVersionError as e:
+                log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                self._lost, ok = True, False
+            except redis.exceptions.RedisError as e:
+                # Keep trying, sooner; `lost` turns true by itself once the
+                # lease has run out by our clock.
+                log.warning("rwlock: renewing %r failed: %s", self.name, e)
+                self._schedule(min(interval, 1.0))
+                return
+        if not ok:
+            log.warning("rwlock: lock %r (owner %s) was lost", self.name, self.owner)
+            if self.on_lost is not None:
+                try:
+                    r = self.on_lost(self)
+                    if inspect.isawaitable(r):
+                        await r
+                except Exception:
+                    log.exception("rwlock: on_lost callback failed")
+
+    async def release(self) -> bool:
+        """As Lock.release()."""
+        return await self._drop("")
+
+    async def downgrade(self) -> bool:
+        """As Lock.downgrade()."""
+        return await self._drop("r")
+
+    async def _drop(self, keep: str) -> bool:
+        self._check_drop(keep)
+        self._cancel_renewal()
+        async with self._mutex:     # a renewal in flight ends first; none after
+            lost = self._lost
+            sent = time.monotonic()
+            try:
+                held = await self.client._release(self.name, self.owner, keep,
+                                                  p.ms(self.lease))
+            except BaseException:
+                # Owed now; the lease is the backstop: stop renewing, forget it.
+                self._held = False
+                raise
+            self._set_released(keep, held, sent)
+            if self._held:
+                self._schedule(self.lease / 3.0)
+        return held == 1 and not lost
+
+    async def __aenter__(self) -> "AsyncLock":
+        await self.acquire(self.timeout)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool:
+        if self._held and not await self.release():
+            log.warning("rwlock: lock %r was lost before it was released", self.name)
+        return False
+
+
+async def adrive(gen, step: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Run a take_plan generator with the asynchronous step()."""
+    try:
+        s = next(gen)
+        while True:
+            try:
+                r = await step(s)
+            except BaseException as e:
+                s = gen.throw(e)
+            else:
+                s = gen.send(r)
+    except StopIteration as stop:
+        return stop.value
+
+
+AsyncClient._lock_class = AsyncLock

@@ -16,7 +16,6 @@ use RwlockCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
-use IPC::Run;
 
 my $c = cluster_start();
 my $url = cluster_url($c);
@@ -216,22 +215,8 @@ failover_case('kill', sub {
 # one promoted after the kill has none) failed over halfway.
 my @replicas = map { master_replica($_) } cluster_masters($c);
 my $failover = join('; ', map { "redis-cli -p $_ CLUSTER FAILOVER >/dev/null" } grep { defined } @replicas);
-my ($lout, $lerr) = ('', '');
-my $ok = IPC::Run::run(
-	[ '/usr/bin/python3', "$FindBin::RealBin/../test/load.py" ],
-	'>', \$lout, '2>', \$lerr,
-	init => sub {
-		$ENV{PGHOST} = $node->host;
-		$ENV{PGPORT} = $node->port;
-		$ENV{PGDATABASE} = 'postgres';
-		$ENV{RWLOCK_URL} = $url;
-		$ENV{FAILOVER_CMD} = $failover;
-		$ENV{DURATION} = '12';
-		$ENV{SESSIONS} = '6';
-		$ENV{MIN_RATE} = '20';
-	});
-diag $lout;
-diag $lerr if $lerr;
+my $ok = run_load($node, RWLOCK_URL => $url, FAILOVER_CMD => $failover,
+	DURATION => '12', SESSIONS => '6', MIN_RATE => '20');
 ok($ok, 'load.py over the cluster, ' . scalar(grep { defined } @replicas)
 	  . ' masters failed over halfway: no lost update');
 

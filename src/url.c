@@ -117,35 +117,43 @@ url_parse_int(const char *s, int len, int min, int max, int *out)
 	return true;
 }
 
-static bool
-url_parse_tcp(const char *s, RwEndpoint *ep, char **why)
+/*
+ * The host at p (before end): a name, an IPv4 address or a [IPv6] one, up
+ * to a ':' or end. Returns where it ends, with *host palloc'd; NULL (and
+ * *why) if a '[' is not closed.
+ */
+static const char *
+url_parse_host(const char *p, const char *end, char **host, char **why)
 {
-	const char *end = s + strcspn(s, "/");
 	const char *hostend;
-	const char *p;
 
-	p = url_parse_userinfo(s, end, ep, why);
-	if (p == NULL)
-		return false;
 	if (*p == '[')
 	{
 		hostend = memchr(p, ']', end - p);
 		if (hostend == NULL)
 		{
 			*why = "An IPv6 address must be closed by ].";
-			return false;
+			return NULL;
 		}
-		ep->host = pnstrdup(p + 1, hostend - p - 1);
-		p = hostend + 1;
+		*host = pnstrdup(p + 1, hostend - p - 1);
+		return hostend + 1;
 	}
-	else
-	{
-		hostend = p + strcspn(p, ":/");
-		if (hostend > end)
-			hostend = end;
-		ep->host = pnstrdup(p, hostend - p);
-		p = hostend;
-	}
+	hostend = memchr(p, ':', end - p);
+	if (hostend == NULL)
+		hostend = end;
+	*host = pnstrdup(p, hostend - p);
+	return hostend;
+}
+
+static bool
+url_parse_tcp(const char *s, RwEndpoint *ep, char **why)
+{
+	const char *end = s + strcspn(s, "/");
+	const char *p;
+
+	p = url_parse_userinfo(s, end, ep, why);
+	if (p == NULL || (p = url_parse_host(p, end, &ep->host, why)) == NULL)
+		return false;
 	if (ep->host[0] == '\0')
 	{
 		*why = "The URL names no host.";
@@ -222,24 +230,8 @@ url_parse_seeds(const char *p, const char *end, int default_port,
 
 		if (item_end > end)
 			item_end = end;
-		if (*p == '[')
-		{
-			hostend = memchr(p, ']', item_end - p);
-			if (hostend == NULL)
-			{
-				*why = "An IPv6 address must be closed by ].";
-				return false;
-			}
-			host = pnstrdup(p + 1, hostend - p - 1);
-			hostend++;
-		}
-		else
-		{
-			hostend = memchr(p, ':', item_end - p);
-			if (hostend == NULL)
-				hostend = item_end;
-			host = pnstrdup(p, hostend - p);
-		}
+		if ((hostend = url_parse_host(p, item_end, &host, why)) == NULL)
+			return false;
 		if (host[0] == '\0')
 		{
 			*why = psprintf("Each %s in the URL needs a host: host1:port1,host2:port2.", what);

@@ -220,6 +220,12 @@ npass = sum(1 for r in rows if r[8] == "PASS")
 nmiss = sum(1 for r in rows if r[8] == "MISS")
 tail = ["", "Targets: %d PASS, %d MISS." % (npass, nmiss), ""]
 text = "\n".join(head + lines + tail)
+# Sections other scripts keep in the file (## ..., e.g. bench/cluster.sh's)
+# stay after the table.
+if os.path.exists(md_path):
+    old = open(md_path).read()
+    if "\n## " in old:
+        text += old[old.index("\n## ") + 1:]
 with open(md_path, "w") as f:
     f.write(text)
 print(text)

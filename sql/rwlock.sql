@@ -61,6 +61,8 @@ SELECT redis_unlock(E'br{ace}s\nnewline é');
 
 -- wrong settings
 SET rwlock.redis_url = 'http://x';
+SET rwlock.redis_url = 'redis+cluster://127.0.0.1:7000/1';
+SET rwlock.redis_url = 'redis+cluster:///';
 SET rwlock.key_prefix = 'a{b';
 SET rwlock.lease = '1ms';
 

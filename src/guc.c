@@ -64,7 +64,7 @@ check_redis_url(char **newval, void **extra, GucSource source)
 	if (!rw_check_url(*newval, &why))
 	{
 		GUC_check_errdetail("%s", why);
-		GUC_check_errhint("Use redis://[user[:password]@]host[:port][/db], rediss://... for TLS, unix:///path/to.sock[?db=N], or redis+sentinel://host1:port1[,host2:port2...]/master-name[/db].");
+		GUC_check_errhint("Use redis://[user[:password]@]host[:port][/db], rediss://... for TLS, unix:///path/to.sock[?db=N], redis+sentinel://host1:port1[,host2:port2...]/master-name[/db], or redis+cluster://host1:port1[,host2:port2...]/.");
 		return false;
 	}
 	return true;
@@ -261,7 +261,7 @@ rw_define_gucs(void)
 
 	DefineCustomStringVariable("rwlock.redis_url",
 							   "Redis server that holds the locks.",
-							   "redis://[user[:password]@]host[:port][/db], rediss://... (TLS), unix:///path[?db=N] or redis+sentinel://host1:port1[,...]/master-name[/db]. "
+							   "redis://[user[:password]@]host[:port][/db], rediss://... (TLS), unix:///path[?db=N], redis+sentinel://host1:port1[,...]/master-name[/db] or redis+cluster://host1:port1[,...]/. "
 							   "Takes effect at the next connection; holds stay on the server that granted them.",
 							   &rw_redis_url,
 							   "redis://127.0.0.1:6379/0",

@@ -187,11 +187,14 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		RwMode		want;
 		RwError		err;
 		int64		tok;
+		int64		started;
 
 		h = rw_holds_enter(name, node);
 		held_reserve_xact();
 		want = Max(mode, rw_wanted_mode(h));
-		if (!rw_release_settle_name(node, name, &err))
+		started = rw_now_ms();
+		while (!rw_release_settle_name(node, name, &err) &&
+			   !rw_cluster_redirected(node, &err, started))
 		{
 			if (err.kind == RW_ERR_INTERRUPTED)
 				rw_raise(&node->cmd, &err);

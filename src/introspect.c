@@ -50,6 +50,20 @@ introspect_interval(int64 ms)
  * intents hold new readers back; lease_left the longest lease among the
  * holders (how long until the lock frees itself if they all vanish).
  */
+/* Ask the node that serves the lock, following a cluster's redirections. */
+static void
+introspect_ask(RwNode *node, const RwKeys *keys, RwLockInfo *info)
+{
+	int64		started = rw_now_ms();
+	RwError		err;
+
+	while (!rw_proto_info(rw_cluster_cmd(node, keys), keys, info, &err))
+	{
+		if (!rw_cluster_redirected(node, &err, started))
+			rw_raise(&node->cmd, &err);
+	}
+}
+
 PG_FUNCTION_INFO_V1(redis_lock_info);
 Datum
 redis_lock_info(PG_FUNCTION_ARGS)
@@ -68,7 +82,7 @@ redis_lock_info(PG_FUNCTION_ARGS)
 
 	rw_operation_begin();
 	rw_build_keys(rw_key_prefix, name, &keys, CurrentMemoryContext);
-	rw_proto_info(&rw_current_node()->cmd, &keys, &info);
+	introspect_ask(rw_current_node(), &keys, &info);
 
 	longest = info.writer ? info.writer_ms : 0;
 	for (int i = 0; i < info.nreaders; i++)
@@ -113,12 +127,62 @@ introspect_ping(RwConn *conn)
 	return ok;
 }
 
+/* One row of redis_connection_info: a node, or a member of a cluster. */
+static void
+introspect_row(ReturnSetInfo *rsinfo, RwNode *shown, bool current,
+			   bool subscribed, int nholds, bool may_see_url)
+{
+	Datum		values[7];
+	bool		nulls[7] = {0};
+	bool		connected = shown->cmd.ctx != NULL && introspect_ping(&shown->cmd);
+
+	if (may_see_url)
+		values[0] = CStringGetTextDatum(shown->ep.display);
+	else
+		nulls[0] = true;
+	values[1] = BoolGetDatum(current);
+	values[2] = BoolGetDatum(connected);
+	values[3] = BoolGetDatum(subscribed);
+	if (connected)
+		values[4] = Float8GetDatum(shown->cmd.last_rtt_ms);
+	else
+		nulls[4] = true;
+	values[5] = Int32GetDatum(nholds);
+	values[6] = CStringGetTextDatum(rw_owner_id());
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* The rows of a cluster: one per member, with the holds its slots have. */
+static void
+introspect_cluster_rows(ReturnSetInfo *rsinfo, RwNode *n, bool current,
+						bool may_see_url)
+{
+	int			nlist;
+	RwHeld	  **list = rw_holds_list(&nlist);
+
+	for (RwNode *m = rw_cluster_members(n); m != NULL; m = m->next)
+	{
+		int			nholds = 0;
+		bool		subscribed = n->sub.ctx != NULL && n->ep.host != NULL &&
+			n->ep.port == m->ep.port && strcmp(n->ep.host, m->ep.host) == 0;
+
+		for (int i = 0; i < nlist; i++)
+			if (list[i]->node == n && list[i]->redis_mode != RW_NONE &&
+				rw_cluster_node_of(n, &list[i]->keys) == m)
+				nholds++;
+		introspect_row(rsinfo, m, current, subscribed, nholds, may_see_url);
+	}
+	pfree(list);
+}
+
 /*
  * redis_connection_info(): a row per Redis server this session knows: the
  * one rwlock.redis_url names (current) and any older one that still has
- * holds. It does not connect; a connection that is open is pinged, so
- * rtt_ms is a fresh round trip. The URL is shown (without its password)
- * only to roles that may read rwlock.redis_url.
+ * holds; for a Redis Cluster, a row per node of it that its slot map
+ * names (holds: those in its slots; subscriber: the node the waiters'
+ * connection is on). It does not connect; a connection that is open is
+ * pinged, so rtt_ms is a fresh round trip. The URL is shown (without its
+ * password) only to roles that may read rwlock.redis_url.
  */
 PG_FUNCTION_INFO_V1(redis_connection_info);
 Datum
@@ -135,24 +199,11 @@ redis_connection_info(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	for (RwNode *n = rw_first_node(); n != NULL; n = n->next)
 	{
-		Datum		values[7];
-		bool		nulls[7] = {0};
-		bool		connected = n->cmd.ctx != NULL && introspect_ping(&n->cmd);
-
-		if (may_see_url)
-			values[0] = CStringGetTextDatum(n->ep.display);
+		if (rw_cluster_members(n) != NULL)
+			introspect_cluster_rows(rsinfo, n, n == current, may_see_url);
 		else
-			nulls[0] = true;
-		values[1] = BoolGetDatum(n == current);
-		values[2] = BoolGetDatum(connected);
-		values[3] = BoolGetDatum(n->sub.ctx != NULL);
-		if (connected)
-			values[4] = Float8GetDatum(n->cmd.last_rtt_ms);
-		else
-			nulls[4] = true;
-		values[5] = Int32GetDatum(n->nholds);
-		values[6] = CStringGetTextDatum(rw_owner_id());
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			introspect_row(rsinfo, n, n == current, n->sub.ctx != NULL,
+						   n->nholds, may_see_url);
 	}
 	return (Datum) 0;
 }

@@ -303,17 +303,29 @@ rw_proto_release_result(redisReply *r, RwError *err)
 }
 
 /*
+ * An answer by which a Redis Cluster says it did not run the command here,
+ * now (cluster.c follows it): MOVED, ASK, TRYAGAIN, CLUSTERDOWN.
+ */
+bool
+rw_proto_is_redirect(const char *msg)
+{
+	return strncmp(msg, "MOVED ", 6) == 0 || strncmp(msg, "ASK ", 4) == 0 ||
+		strncmp(msg, "TRYAGAIN", 8) == 0 || strncmp(msg, "CLUSTERDOWN", 11) == 0;
+}
+
+/*
  * Renew n holds on one connection, pipelined, on behalf of owners[i] (NULL
  * owners: this session's; the keeper renews for others). held[i] becomes 1
  * if hold i is still its owner's (its lease now runs lease_ms[i] from now),
- * 0 if it was lost, -1 if Redis answered with an error (logged). renew.lua
- * only extends what the owner still holds, so a renewal that crosses a
- * release never brings the lock back. Returns false, with *err, if the
- * connection failed. Never throws.
+ * 0 if it was lost, -1 if Redis answered with an error (logged); with why,
+ * -2 and the answer in why[i] if a cluster redirected it (cluster.c sends
+ * it again). renew.lua only extends what the owner still holds, so a
+ * renewal that crosses a release never brings the lock back. Returns
+ * false, with *err, if the connection failed. Never throws.
  */
 bool
 rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
-			   const int *lease_ms, int n, int *held, RwError *err)
+			   const int *lease_ms, int n, int *held, char **why, RwError *err)
 {
 	RwScriptCall *calls = palloc(sizeof(RwScriptCall) * n);
 	redisReply **replies = palloc(sizeof(redisReply *) * n);
@@ -355,7 +367,13 @@ rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
 
 		held[i] = (proto_is_int(r) && (r->integer == 0 || r->integer == 1)) ?
 			(int) r->integer : -1;
-		if (held[i] < 0)
+		if (why != NULL && r->type == REDIS_REPLY_ERROR &&
+			rw_proto_is_redirect(r->str))
+		{
+			held[i] = -2;
+			why[i] = pstrdup(r->str);
+		}
+		else if (held[i] < 0)
 			elog(LOG, "rwlock: renewing a lease failed: %s",
 				 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
 		freeReplyObject(r);
@@ -388,29 +406,32 @@ proto_take_pairs(redisReply *list, int *n, char ***owners, int64 **ms)
 	return true;
 }
 
-/* The state of a lock as Redis has it now. Throws on any failure. */
-void
-rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info)
+/*
+ * The state of a lock as Redis has it now; false, with *err, if Redis could
+ * not be asked or answered with an error. Never throws.
+ */
+bool
+rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info, RwError *err)
 {
 	const char *args[1] = {RW_PROTOCOL_VERSION};
-	RwError		err;
-	redisReply *r = proto_run_one(conn, RW_SCRIPT_INFO, 1, args, keys, &err);
+	redisReply *r = proto_run_one(conn, RW_SCRIPT_INFO, 1, args, keys, err);
 	redisReply **e;
 
 	if (r == NULL)
-		rw_raise(conn, &err);
+		return false;
 	e = r->element;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 || !proto_is_str(e[0]) ||
 		!proto_is_int(e[1]) || !proto_is_str(e[2]) || !proto_is_int(e[3]) ||
 		!proto_take_pairs(e[4], &info->nreaders, &info->readers, &info->reader_ms) ||
 		!proto_take_pairs(e[5], &info->nwaiting, &info->waiting, &info->waiting_ms))
 	{
-		proto_bad_reply(r, "info", &err);
-		rw_raise(conn, &err);
+		proto_bad_reply(r, "info", err);
+		return false;
 	}
 	strlcpy(info->state, e[0]->str, sizeof(info->state));
 	info->token = e[1]->integer;
 	info->writer = e[2]->len > 0 ? pnstrdup(e[2]->str, e[2]->len) : NULL;
 	info->writer_ms = e[3]->integer;
 	freeReplyObject(r);
+	return true;
 }

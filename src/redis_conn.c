@@ -56,6 +56,7 @@
 #define CONN_NO_DEADLINE PG_INT64_MAX
 #define CONN_READ_BUF	(16 * 1024)	/* as hiredis's redisBufferRead */
 #define CONN_KEEPALIVE_S 15		/* as hiredis's redisEnableKeepAlive */
+#define CONN_ALL_OWED	(-1)	/* conn_exchange: wait for the tagged only */
 
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
@@ -65,6 +66,13 @@ void
 rw_call_begin(void)
 {
 	conn_call_id++;
+}
+
+/* The call in progress (cluster.c keeps an ASK redirection for its rest). */
+uint64
+rw_call_id(void)
+{
+	return conn_call_id;
 }
 
 /*
@@ -208,6 +216,13 @@ conn_owed_answered(RwConn *conn, redisReply *reply)
 
 	conn->nowed--;
 	memmove(conn->owed, conn->owed + 1, conn->nowed * sizeof(void *));
+	/* An ASKING ahead of a tagged command (cluster.c): nobody wants it. */
+	if (tag == RW_TAG_DISCARD)
+	{
+		if (reply != NULL)
+			freeReplyObject(reply);
+		return;
+	}
 	conn_keep_late(conn, tag, reply);
 }
 
@@ -598,8 +613,8 @@ conn_connect_once(RwConn *conn, int64 deadline, RwError *err)
 }
 
 /* A short pause through the latch; false if an interrupt wants it cut short. */
-static bool
-conn_pause(long ms)
+bool
+rw_conn_pause(long ms)
 {
 	int			rc;
 
@@ -621,7 +636,10 @@ conn_pause(long ms)
  * reach its master: ask the sentinels (sentinel.c), connect to the address
  * they give and check ROLE; if it is not the master, or cannot be reached
  * (a failover under way: the sentinels still name the dead master), start
- * over after a short pause, until the deadline. The sentinels are asked
+ * over after a short pause, until the deadline. A Cluster's node (the
+ * logical node: its own connections go to any node of the cluster, the
+ * waiters' subscriber above all) is found the same way, by cluster.c's
+ * resolver, which names the nodes it knows in turn. The sentinels are asked
  * through ep->resolve (sentinel.c's, attached by whoever made the node:
  * this file never calls up the file map). Once connected at a new
  * address, the node's other connection, if still on the old one, is closed
@@ -632,7 +650,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
 
-	if (!ep->sentinel)
+	if (!ep->sentinel && !ep->cluster)
 		return conn_connect_once(conn, deadline, err);
 	for (;;)
 	{
@@ -640,7 +658,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 
 		if (ep->resolve == NULL)
 		{
-			set_error(err, RW_ERR_CONNECT, "a Sentinel URL's node was made without its resolver");
+			set_error(err, RW_ERR_CONNECT, "a Sentinel or Cluster URL's node was made without its resolver");
 			return false;
 		}
 		if (ep->resolve(ep, deadline, err) &&
@@ -649,7 +667,8 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 			RwConn	   *other = conn == &node->cmd ? &node->sub : &node->cmd;
 
 			conn->addr_gen = ep->addr_gen;
-			if (other->node == node && other->ctx != NULL &&
+			/* A cluster's connections may each be on any of its nodes. */
+			if (ep->sentinel && other->node == node && other->ctx != NULL &&
 				other->addr_gen != ep->addr_gen)
 				rw_conn_close(other);
 			return true;
@@ -657,9 +676,12 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 		if (err->kind == RW_ERR_INTERRUPTED || err->kind == RW_ERR_AUTH ||
 			rw_now_ms() + CONN_SENTINEL_RETRY_MS >= deadline)
 			return false;
-		/* The sentinel that answered may be stale, or lie: ask the next. */
-		ep->sentinel_last = (ep->sentinel_last + 1) % ep->nsentinels;
-		if (!conn_pause(CONN_SENTINEL_RETRY_MS))
+		/*
+		 * The sentinel that answered may be stale, or lie: ask the next
+		 * (for a cluster: try the next node it knows).
+		 */
+		ep->seed_last = (ep->seed_last + 1) & 0xffff;	/* taken modulo */
+		if (!rw_conn_pause(CONN_SENTINEL_RETRY_MS))
 		{
 			set_error(err, RW_ERR_INTERRUPTED, "interrupted while connecting");
 			return false;
@@ -973,7 +995,8 @@ conn_wait_failed(RwConn *conn, int ready, const char *limit, int limit_ms,
 
 /*
  * Send what is queued on the connection and read nreplies replies to our
- * own commands, after any owed to tagged commands sent before them. On
+ * own commands, after any owed to tagged commands sent before them (with
+ * CONN_ALL_OWED: until every tagged command is answered, none of ours). On
  * failure the connection is closed and the replies read so far are freed.
  */
 static bool
@@ -981,10 +1004,15 @@ conn_exchange(RwConn *conn, int nreplies, redisReply **replies, int64 deadline,
 			  const char *limit, int limit_ms, RwError *err)
 {
 	int			nreceived = 0;
-	bool		ok = conn_write(conn, err) &&
-		conn_take_replies(conn, nreplies, replies, &nreceived, err);
+	bool		all_owed = nreplies == CONN_ALL_OWED;
+	bool		ok;
 
-	while (ok && (nreceived < nreplies || sdslen(conn->ctx->obuf) > 0))
+	if (all_owed)
+		nreplies = 0;
+	ok = conn_write(conn, err) &&
+		conn_take_replies(conn, nreplies, replies, &nreceived, err);
+	while (ok && (nreceived < nreplies || sdslen(conn->ctx->obuf) > 0 ||
+				  (all_owed && conn->nowed > 0)))
 	{
 		bool		writing = sdslen(conn->ctx->obuf) > 0;
 		int			ready = conn_wait(conn,
@@ -1077,6 +1105,24 @@ rw_flush(RwConn *conn, int64 deadline, RwError *err)
 							 rw_command_timeout_ms, err);
 	}
 	return ok;
+}
+
+/*
+ * Wait, up to rwlock.command_timeout, until every tagged command sent on
+ * the connection is answered (release.c: releases sent on a cluster node
+ * that no longer serves their slot must be settled before the name is
+ * taken elsewhere). False (closed, the tags handed back empty) on failure.
+ */
+bool
+rw_conn_drain(RwConn *conn, RwError *err)
+{
+	err->kind = RW_OK;
+	err->maybe_sent = false;
+	if (conn->ctx == NULL)
+		return true;
+	return conn_exchange(conn, CONN_ALL_OWED, NULL,
+						 Min(rw_now_ms() + rw_command_timeout_ms, conn_cap),
+						 "rwlock.command_timeout", rw_command_timeout_ms, err);
 }
 
 /*

@@ -45,7 +45,8 @@ typedef struct RwOwed
 	RwKeys		keys;
 	RwKeep		keep;
 	int			lease_ms;		/* of a kept read lock */
-	bool		sent;			/* on node->cmd, answer not read yet */
+	bool		sent;			/* on conn, answer not read yet */
+	RwConn	   *conn;			/* node->cmd, or a cluster member's */
 	bool		warn_if_lost;	/* a hold the session believed held */
 	struct RwOwed *next;
 } RwOwed;
@@ -122,14 +123,24 @@ rw_release_owe(RwNode *node, const char *name, const RwKeys *keys,
 	}
 }
 
-/* Queue a record's release on its node's open connection, tagged with it. */
-static void
-release_append(RwOwed *rec)
+/*
+ * Queue a record's release, tagged with it, on the connection that serves
+ * its name now (rw_cluster_cmd: the node's, or in a cluster the member's
+ * that serves the name's slot), if that connection is open or can be
+ * opened. False, with *err, if not.
+ */
+static bool
+release_send(RwOwed *rec, RwError *err)
 {
-	rw_proto_release_append(&rec->node->cmd, &rec->keys, rec->keep,
-							rec->lease_ms, rec);
+	RwConn	   *conn = rw_cluster_cmd(rec->node, &rec->keys);
+
+	if (!rw_conn_ensure(conn, err))
+		return false;
+	rw_proto_release_append(conn, &rec->keys, rec->keep, rec->lease_ms, rec);
 	rec->sent = true;
+	rec->conn = conn;
 	release_unflushed = true;
+	return true;
 }
 
 /*
@@ -175,6 +186,14 @@ release_answered(RwOwed *rec, redisReply *reply)
 		rec->warn_if_lost = false;
 		return;
 	}
+	if (reply->type == REDIS_REPLY_ERROR && rw_proto_is_redirect(reply->str))
+	{
+		/* A cluster did not run it there: sent again where it goes now. */
+		rw_cluster_note_redirect(rec->node, reply->str);
+		freeReplyObject(reply);
+		rec->sent = false;
+		return;
+	}
 	held = rw_proto_release_result(reply, &err);
 	if (held == 0 && rec->warn_if_lost && rec->keep != RW_KEEP_ALL)
 	{
@@ -191,17 +210,29 @@ release_answered(RwOwed *rec, redisReply *reply)
 	release_drop(rec);
 }
 
-/* Read, without waiting, the answers that have arrived on one node. */
+/* Read, without waiting, the answers that have arrived on one connection. */
 static void
-release_read_node(RwNode *node)
+release_read_conn(RwConn *conn)
 {
 	RwLate	   *late;
-	int			n = rw_take_late(&node->cmd, &late);
+	int			n = rw_take_late(conn, &late);
 
 	for (int i = 0; i < n; i++)
 		release_answered((RwOwed *) late[i].tag, late[i].reply);
 	if (late)
 		pfree(late);
+}
+
+/*
+ * Read, without waiting, the answers that have arrived on one node (on
+ * each member of a cluster). The node stays: its nowed is read first.
+ */
+static void
+release_read_node(RwNode *node)
+{
+	release_read_conn(&node->cmd);
+	for (RwNode *m = rw_cluster_members(node); m != NULL; m = m->next)
+		release_read_conn(&m->cmd);
 }
 
 /*
@@ -231,13 +262,15 @@ rw_release_now(RwNode *node, const char *name, const RwKeys *keys,
 			   RwKeep keep, int lease_ms, RwError *err)
 {
 	int			held;
+	int64		started = rw_now_ms();
 
-	if (!rw_release_settle_name(node, name, err))
+	do
 	{
-		rw_release_owe(node, name, keys, keep, lease_ms);
-		return -1;
-	}
-	held = rw_proto_release(&node->cmd, keys, keep, lease_ms, err);
+		held = -1;
+		if (rw_release_settle_name(node, name, err))
+			held = rw_proto_release(rw_cluster_cmd(node, keys), keys, keep,
+									lease_ms, err);
+	} while (held < 0 && rw_cluster_redirected(node, err, started));
 	if (held < 0 && err->kind != RW_ERR_REPLY)
 		rw_release_owe(node, name, keys, keep, lease_ms);
 	return held;
@@ -256,7 +289,7 @@ rw_release_later(RwNode *node, const char *name, const RwKeys *keys,
 	RwOwed	   *rec;
 	RwError		err;
 
-	if (keep == RW_KEEP_ALL && node->cmd.ctx == NULL)
+	if (keep == RW_KEEP_ALL && rw_cluster_cmd(node, keys)->ctx == NULL)
 		return;
 	if (keep != RW_KEEP_ALL && (rec = release_find_unsent(node, name)) != NULL)
 	{
@@ -265,8 +298,7 @@ rw_release_later(RwNode *node, const char *name, const RwKeys *keys,
 	}
 	else
 		rec = release_record(node, name, keys, keep, lease_ms, true);
-	if (rw_conn_ensure(&node->cmd, &err))
-		release_append(rec);
+	(void) release_send(rec, &err);
 }
 
 /*
@@ -286,6 +318,9 @@ rw_release_flush(void)
 
 		if (node->cmd.ctx != NULL)
 			(void) rw_flush(&node->cmd, rw_now_ms() + rw_command_timeout_ms, &err);
+		for (RwNode *m = rw_cluster_members(node); m != NULL; m = m->next)
+			if (m->cmd.ctx != NULL)
+				(void) rw_flush(&m->cmd, rw_now_ms() + rw_command_timeout_ms, &err);
 	}
 }
 
@@ -298,17 +333,50 @@ void
 rw_release_send_owed(RwNode *node)
 {
 	RwError		err;
-	bool		any = false;
 
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
 		if (rec->node == node && !rec->sent)
-			any = true;
-	if (!any || !rw_conn_ensure(&node->cmd, &err))
-		return;
-	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
-		if (rec->node == node && !rec->sent)
-			release_append(rec);
+			(void) release_send(rec, &err);
 	rw_release_flush();
+}
+
+/* The first record owed for a name on a node, if any. */
+static RwOwed *
+release_find_name(RwNode *node, const char *name)
+{
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && strcmp(rec->name, name) == 0)
+			return rec;
+	return NULL;
+}
+
+/*
+ * In a cluster, the connection that serves a name may have changed since
+ * releases of it were sent (a MOVED, a failover): a release sent on the
+ * old one could run after what is sent on the new one. So its answers are
+ * waited for first (rw_conn_drain, within rwlock.command_timeout; a release
+ * that failed there, or that the old node redirected, is unsent again).
+ * Returns the connection that serves the name now. Never throws.
+ */
+static RwConn *
+release_settle_elsewhere(RwNode *node, const char *name, const RwKeys *keys)
+{
+	for (int tries = 0;; tries++)
+	{
+		RwConn	   *conn = rw_cluster_cmd(node, keys);
+		RwOwed	   *away = NULL;
+		RwError		err;
+
+		for (RwOwed *rec = owed_head; rec != NULL && away == NULL; rec = rec->next)
+			if (rec->node == node && rec->sent && rec->conn != conn &&
+				strcmp(rec->name, name) == 0)
+				away = rec;
+		if (away == NULL || tries == 8)
+			return conn;
+		if (!rw_conn_drain(away->conn, &err))
+			rw_conn_close(away->conn);
+		release_read_node(node);
+	}
 }
 
 /*
@@ -326,25 +394,26 @@ rw_release_send_owed(RwNode *node)
 bool
 rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 {
-	bool		any = false;
+	RwOwed	   *first;
+	RwConn	   *conn;
 
 	err->kind = RW_OK;
 	if (node->nowed == 0)
 		return true;
 	/* Answers that arrived; a closed connection's records become unsent. */
 	release_read_node(node);
-	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
-		if (rec->node == node && strcmp(rec->name, name) == 0)
-			any = true;
-	if (!any)
+	if ((first = release_find_name(node, name)) == NULL)
 		return true;
-	if (!rw_conn_ensure(&node->cmd, err))
+	conn = release_settle_elsewhere(node, name, &first->keys);
+	if (!rw_conn_ensure(conn, err))
 		return false;
 	/* Had the connection been replaced, its records would be unsent now. */
 	release_read_node(node);
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
-		if (rec->node == node && !rec->sent)
-			release_append(rec);
+		if (rec->node == node && !rec->sent &&
+			rw_cluster_cmd(node, &rec->keys) == conn)
+			(void) release_send(rec, err);
+	err->kind = RW_OK;
 	return true;
 }
 

@@ -9,8 +9,10 @@
  * (the node's spec, url.c); the hold remembers its node, so a change of the
  * URL or of those settings never strands a hold made on the old server. A node is kept while it is
  * the current one, holds live on it, or releases are owed to it; then it is
- * closed and freed. Sentinel, Cluster and quorum routing will choose nodes
- * here.
+ * closed and freed. A redis+sentinel:// node is the service, wherever its
+ * master is (sentinel.c); a redis+cluster:// node is the whole cluster, and
+ * each of its locks is served by the member that serves the lock's slot
+ * (cluster.c, rw_cluster_cmd).
  *
  *-------------------------------------------------------------------------
  */
@@ -37,6 +39,7 @@ route_node_create(const char *spec)
 	node->cmd.node = node;
 	node->sub.node = node;
 	node->sub.is_subscriber = true;
+	rw_cluster_attach(node);
 	node->next = route_nodes;
 	route_nodes = node;
 	MemoryContextSwitchTo(old);
@@ -93,6 +96,7 @@ rw_node_forget_if_unused(RwNode *node)
 		return;
 	rw_conn_close(&node->cmd);
 	rw_conn_close(&node->sub);
+	rw_cluster_detach(node);
 	for (link = &route_nodes; *link != NULL; link = &(*link)->next)
 	{
 		if (*link == node)

@@ -17,9 +17,15 @@
  *	  renew.c      when and how a session renews its own leases
  *	  holds.c      the session's table of holds, what the keeper is shown,
  *	               warnings kept for a safe moment
- *	  route.c      which node serves a lock (today: the one URL, a
- *	               server or a Sentinel-monitored service)
+ *	  route.c      which node serves a lock: the one URL, a server, a
+ *	               Sentinel-monitored service or a Redis Cluster
  *	  keeper.c     the background worker and its shared table; redis_locks
+ *	  cluster.c    Redis Cluster: hash slots, the slot map, a connection
+ *	               per master, MOVED/ASK/TRYAGAIN/CLUSTERDOWN, renewals
+ *	               batched per master; route.c and keeper.c attach it to
+ *	               a redis+cluster:// node (rw_cluster_attach), and its
+ *	               resolver (ep->resolve) names a node of the cluster when
+ *	               redis_conn.c connects the node's own connections
  *	  protocol.c   one C function per Lua script
  *	  scripts.c    the embedded scripts (lua_scripts.c) and EVALSHA/EVAL
  *	  sentinel.c   where a Sentinel-monitored master is now: asks the
@@ -161,13 +167,19 @@ typedef struct RwEndpoint
 	/* redis+sentinel:// and rediss+sentinel:// (sentinel.c) */
 	bool		sentinel;		/* host and port are the master found last */
 	char	   *master_name;
-	int			nsentinels;
-	char	  **sentinel_hosts;
-	int		   *sentinel_ports;
-	int			sentinel_last;	/* the sentinel that answered last */
+	/* redis+cluster:// and rediss+cluster:// (cluster.c) */
+	bool		cluster;		/* host and port: a node found last */
+	/* the sentinels, or a cluster's seed nodes, as the URL lists them */
+	int			nseeds;
+	char	  **seed_hosts;
+	int		   *seed_ports;
+	int			seed_last;		/* the seed that answered last */
 	uint64		addr_gen;		/* bumped when the master's address changes */
 	int64		resolved_ms;	/* monotonic: when the sentinels last answered */
-	/* finds host and port: rw_sentinel_resolve, set by rw_sentinel_attach */
+	/*
+	 * finds host and port: rw_sentinel_resolve (set by rw_sentinel_attach)
+	 * or cluster.c's (set by rw_cluster_attach)
+	 */
 	bool		(*resolve) (struct RwEndpoint *ep, int64 deadline,
 							struct RwError *err);
 	bool		is_sentinel;	/* this endpoint is a sentinel itself */
@@ -180,6 +192,7 @@ extern char *rw_current_spec(void);
 extern bool rw_password_lookup(const RwEndpoint *ep, char **user,
 							   char **password, char *why, size_t whylen);
 extern const char *rw_endpoint_where(const RwEndpoint *ep);
+extern void rw_endpoint_set_addr(RwEndpoint *ep, const char *host, int port);
 extern bool rw_may_see_url(void);
 
 /* ---- redis_conn.c ---- */
@@ -228,6 +241,8 @@ typedef struct RwConn
 	int			sock_pos;		/* position of the socket event in wes */
 	uint32		sock_events;	/* what the socket event waits for now */
 	bool		is_subscriber;
+	bool		asking;			/* cluster.c routed here by an ASK: each
+								 * script call goes after an ASKING */
 	double		last_rtt_ms;
 	uint64		addr_gen;		/* the node's ep.addr_gen it connected at */
 	uint64		failed_call;	/* the call whose connection attempt failed */
@@ -240,7 +255,13 @@ typedef struct RwConn
 	int			caplate;
 } RwConn;
 
+/* The tag of an ASKING sent ahead of a tagged command: its reply is dropped. */
+#define RW_TAG_DISCARD ((void *) 1)
+
 extern void rw_call_begin(void);
+extern uint64 rw_call_id(void);
+extern bool rw_conn_drain(RwConn *conn, RwError *err);
+extern bool rw_conn_pause(long ms);
 extern void rw_conn_limit(int64 deadline);
 extern bool rw_conn_ensure(RwConn *conn, RwError *err);
 extern bool rw_conn_open(RwConn *conn, int64 deadline, RwError *err);
@@ -373,10 +394,12 @@ extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep,
 extern void rw_proto_release_append(RwConn *conn, const RwKeys *keys,
 									RwKeep keep, int lease_ms, void *tag);
 extern int	rw_proto_release_result(redisReply *r, RwError *err);
+extern bool rw_proto_is_redirect(const char *msg);
 extern bool rw_proto_renew(RwConn *conn, RwKeys **keys,
 						   const char *const *owners, const int *lease_ms,
-						   int n, int *held, RwError *err);
-extern void rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info);
+						   int n, int *held, char **why, RwError *err);
+extern bool rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info,
+						  RwError *err);
 
 /* ---- keeper.c ---- */
 extern void rw_keeper_init(void);
@@ -404,12 +427,26 @@ typedef struct RwNode
 	int			nholds;			/* holds that live on this node */
 	int			nowed;			/* releases owed to it (release.c) */
 	int64		renew_retry_ms; /* no renewal before this after a failure */
+	struct RwCluster *cluster;	/* a redis+cluster:// node's (cluster.c) */
 	struct RwNode *next;
 } RwNode;
 
 extern RwNode *rw_current_node(void);
 extern RwNode *rw_first_node(void);
 extern void rw_node_forget_if_unused(RwNode *node);
+
+/* ---- cluster.c ---- */
+extern int	rw_cluster_key_slot(const char *key, size_t len);
+extern void rw_cluster_attach(RwNode *node);
+extern void rw_cluster_detach(RwNode *node);
+extern RwNode *rw_cluster_members(RwNode *node);
+extern RwConn *rw_cluster_cmd(RwNode *node, const RwKeys *keys);
+extern RwNode *rw_cluster_node_of(RwNode *node, const RwKeys *keys);
+extern void rw_cluster_note_redirect(RwNode *node, const char *msg);
+extern bool rw_cluster_redirected(RwNode *node, RwError *err, int64 started);
+extern bool rw_cluster_renew(RwNode *node, RwKeys **keys,
+							 const char *const *owners, const int *lease_ms,
+							 int n, int *held, RwError *err);
 
 /* ---- holds.c ---- */
 

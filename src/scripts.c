@@ -74,6 +74,54 @@ rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
 	return rw_script_run_acked(conn, calls, ncalls, replies, 0, NULL, err);
 }
 
+/*
+ * Queue one call; after an ASKING if cluster.c routed the connection by an
+ * ASK redirection (Redis then serves the call in a slot it is importing).
+ * The ASKING of a waited call is answered in line (scripts_exchange drops
+ * it); that of a tagged call is dropped by redis_conn.c.
+ */
+static void
+scripts_append(RwConn *conn, RwScriptCall *call, void *tag)
+{
+	if (conn->asking)
+	{
+		const char *argv[1] = {"ASKING"};
+
+		rw_append(conn, 1, argv, NULL, tag ? RW_TAG_DISCARD : NULL);
+	}
+	rw_append(conn, call->argc, call->argv, call->lens, tag);
+}
+
+/*
+ * Exchange ncalls queued calls and extra commands after them, dropping the
+ * answers to ASKING (scripts_append). Returns false (nothing kept) on
+ * failure.
+ */
+static bool
+scripts_exchange(RwConn *conn, int ncalls, int extra, int extra_ms,
+				 redisReply **out, RwError *err)
+{
+	int			step = conn->asking ? 2 : 1;
+	int			n = ncalls * step + extra;
+	redisReply **all = palloc(sizeof(redisReply *) * (n + 1));
+
+	if (!rw_exchange_longer(conn, n, all, extra_ms, err))
+	{
+		pfree(all);
+		return false;
+	}
+	for (int i = 0; i < ncalls; i++)
+	{
+		if (step == 2)
+			freeReplyObject(all[2 * i]);
+		out[i] = all[i * step + step - 1];
+	}
+	for (int i = 0; i < extra; i++)
+		out[ncalls + i] = all[ncalls * step + i];
+	pfree(all);
+	return true;
+}
+
 /* Queue WAIT replicas rwlock.wait_replicas_timeout. */
 static void
 scripts_append_wait(RwConn *conn, int replicas)
@@ -123,10 +171,10 @@ rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
 	if (!rw_conn_ensure(conn, err))
 		return false;
 	for (int i = 0; i < ncalls; i++)
-		rw_append(conn, calls[i].argc, calls[i].argv, calls[i].lens, NULL);
+		scripts_append(conn, &calls[i], NULL);
 	if (extra)
 		scripts_append_wait(conn, replicas);
-	if (!rw_exchange_longer(conn, ncalls + extra, all, extra_ms, err))
+	if (!scripts_exchange(conn, ncalls, extra, extra_ms, all, err))
 	{
 		pfree(all);
 		return false;
@@ -151,12 +199,12 @@ rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
 		if (!scripts_is_noscript(replies[i]))
 			continue;
 		scripts_as_eval(&calls[i]);
-		rw_append(conn, calls[i].argc, calls[i].argv, calls[i].lens, NULL);
+		scripts_append(conn, &calls[i], NULL);
 	}
 	if (extra)
 		scripts_append_wait(conn, replicas);
 	again = palloc(sizeof(redisReply *) * (nretry + extra));
-	if (!rw_exchange_longer(conn, nretry + extra, again, extra_ms, err))
+	if (!scripts_exchange(conn, nretry, extra, extra_ms, again, err))
 	{
 		for (int i = 0; i < ncalls; i++)
 			freeReplyObject(replies[i]);
@@ -192,5 +240,5 @@ void
 rw_script_append_eval(RwConn *conn, RwScriptCall *call, void *tag)
 {
 	scripts_as_eval(call);
-	rw_append(conn, call->argc, call->argv, call->lens, tag);
+	scripts_append(conn, call, tag);
 }

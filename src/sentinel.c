@@ -58,8 +58,8 @@ sentinel_node(const RwEndpoint *ep, int i, RwNode *node)
 	memset(node, 0, sizeof(*node));
 	node->ep.is_sentinel = true;
 	node->ep.tls = ep->tls;
-	node->ep.host = ep->sentinel_hosts[i];
-	node->ep.port = ep->sentinel_ports[i];
+	node->ep.host = ep->seed_hosts[i];
+	node->ep.port = ep->seed_ports[i];
 	node->ep.password_file = ep->password_file;
 	node->ep.tls_verify = ep->tls_verify;
 	node->ep.tls_ca_file = ep->tls_ca_file;
@@ -134,11 +134,11 @@ bool
 rw_sentinel_resolve(RwEndpoint *ep, int64 deadline, RwError *err)
 {
 	char		why[sizeof(err->msg)] = "";
-	int			n = ep->nsentinels;
+	int			n = ep->nseeds;
 
 	for (int k = 0; k < n; k++)
 	{
-		int			i = (ep->sentinel_last + k) % n;
+		int			i = (ep->seed_last + k) % n;
 		int64		now = rw_now_ms();
 		int64		share = (deadline - now) / (n - k);
 		char	   *host;
@@ -149,16 +149,9 @@ rw_sentinel_resolve(RwEndpoint *ep, int64 deadline, RwError *err)
 		if (sentinel_ask(ep, i, now + Max(share, 200) < deadline ? now + Max(share, 200) : deadline,
 						 &host, &port, err))
 		{
-			ep->sentinel_last = i;
+			ep->seed_last = i;
 			ep->resolved_ms = rw_now_ms();
-			if (ep->host == NULL || strcmp(ep->host, host) != 0 || ep->port != port)
-			{
-				if (ep->host != NULL)
-					pfree(ep->host);
-				ep->host = MemoryContextStrdup(TopMemoryContext, host);
-				ep->port = port;
-				ep->addr_gen++;
-			}
+			rw_endpoint_set_addr(ep, host, port);
 			pfree(host);
 			return true;
 		}

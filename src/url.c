@@ -2,9 +2,10 @@
  *
  * url.c
  *	  Parsing rwlock.redis_url: redis://[user[:password]@]host[:port][/db],
- *	  rediss://... (the same over TLS) and
- *	  unix://[user:password@]/path/to.sock[?db=N]; a node's spec; the
- *	  password file.
+ *	  rediss://... (the same over TLS),
+ *	  unix://[user:password@]/path/to.sock[?db=N], redis+sentinel:// and
+ *	  redis+cluster:// (and their rediss+ forms: a list of sentinels or
+ *	  cluster nodes); a node's spec; the password file.
  *
  * A node's spec is the URL followed by the settings a connection to it
  * uses, tab-separated: rwlock.password_file, and for a rediss:// URL also
@@ -43,6 +44,7 @@
 #include "access/xact.h"
 #include "lib/stringinfo.h"
 #include "utils/acl.h"
+#include "utils/memutils.h"
 
 #define PASSFILE_MAX (64 * 1024)
 
@@ -115,35 +117,43 @@ url_parse_int(const char *s, int len, int min, int max, int *out)
 	return true;
 }
 
-static bool
-url_parse_tcp(const char *s, RwEndpoint *ep, char **why)
+/*
+ * The host at p (before end): a name, an IPv4 address or a [IPv6] one, up
+ * to a ':' or end. Returns where it ends, with *host palloc'd; NULL (and
+ * *why) if a '[' is not closed.
+ */
+static const char *
+url_parse_host(const char *p, const char *end, char **host, char **why)
 {
-	const char *end = s + strcspn(s, "/");
 	const char *hostend;
-	const char *p;
 
-	p = url_parse_userinfo(s, end, ep, why);
-	if (p == NULL)
-		return false;
 	if (*p == '[')
 	{
 		hostend = memchr(p, ']', end - p);
 		if (hostend == NULL)
 		{
 			*why = "An IPv6 address must be closed by ].";
-			return false;
+			return NULL;
 		}
-		ep->host = pnstrdup(p + 1, hostend - p - 1);
-		p = hostend + 1;
+		*host = pnstrdup(p + 1, hostend - p - 1);
+		return hostend + 1;
 	}
-	else
-	{
-		hostend = p + strcspn(p, ":/");
-		if (hostend > end)
-			hostend = end;
-		ep->host = pnstrdup(p, hostend - p);
-		p = hostend;
-	}
+	hostend = memchr(p, ':', end - p);
+	if (hostend == NULL)
+		hostend = end;
+	*host = pnstrdup(p, hostend - p);
+	return hostend;
+}
+
+static bool
+url_parse_tcp(const char *s, RwEndpoint *ep, char **why)
+{
+	const char *end = s + strcspn(s, "/");
+	const char *p;
+
+	p = url_parse_userinfo(s, end, ep, why);
+	if (p == NULL || (p = url_parse_host(p, end, &ep->host, why)) == NULL)
+		return false;
 	if (ep->host[0] == '\0')
 	{
 		*why = "The URL names no host.";
@@ -200,6 +210,61 @@ url_parse_unix(const char *s, RwEndpoint *ep, char **why)
 }
 
 /*
+ * The list host1[:port1][,host2[:port2]...] from p to end into ep's seeds
+ * (the sentinels, or a cluster's seed nodes); what names them in messages.
+ */
+static bool
+url_parse_seeds(const char *p, const char *end, int default_port,
+				const char *what, RwEndpoint *ep, char **why)
+{
+	int			cap = 4;
+
+	ep->seed_hosts = palloc(cap * sizeof(char *));
+	ep->seed_ports = palloc(cap * sizeof(int));
+	while (p < end)
+	{
+		const char *item_end = p + strcspn(p, ",/");
+		const char *hostend;
+		char	   *host;
+		int			port = default_port;
+
+		if (item_end > end)
+			item_end = end;
+		if ((hostend = url_parse_host(p, item_end, &host, why)) == NULL)
+			return false;
+		if (host[0] == '\0')
+		{
+			*why = psprintf("Each %s in the URL needs a host: host1:port1,host2:port2.", what);
+			return false;
+		}
+		if (hostend < item_end &&
+			(*hostend != ':' ||
+			 !url_parse_int(hostend + 1, item_end - hostend - 1, 1, 65535, &port)))
+		{
+			*why = psprintf("A %s's port must be a number from 1 to 65535.", what);
+			return false;
+		}
+		if (ep->nseeds == 64)
+		{
+			*why = psprintf("The URL names more than 64 %ss.", what);
+			return false;
+		}
+		if (ep->nseeds == cap)
+		{
+			cap *= 2;
+			ep->seed_hosts = repalloc(ep->seed_hosts, cap * sizeof(char *));
+			ep->seed_ports = repalloc(ep->seed_ports, cap * sizeof(int));
+		}
+		ep->seed_hosts[ep->nseeds] = host;
+		ep->seed_ports[ep->nseeds++] = port;
+		p = item_end;
+		if (p < end && *p == ',')
+			p++;
+	}
+	return true;
+}
+
+/*
  * redis+sentinel://[user[:password]@]host1[:port1][,host2[:port2]...]/master-name[/db]:
  * the sentinels (port 26379 unless given) and the service they watch. The
  * URL's user and password are the master's (and its replicas'); a
@@ -212,71 +277,14 @@ url_parse_sentinel(const char *s, RwEndpoint *ep, char **why)
 	const char *p;
 	const char *name;
 	const char *name_end;
-	int			cap = 4;
 
 	p = url_parse_userinfo(s, end, ep, why);
 	if (p == NULL)
 		return false;
 	ep->sentinel = true;
-	ep->sentinel_hosts = palloc(cap * sizeof(char *));
-	ep->sentinel_ports = palloc(cap * sizeof(int));
-	while (p < end)
-	{
-		const char *item_end = p + strcspn(p, ",/");
-		const char *hostend;
-		char	   *host;
-		int			port = 26379;
-
-		if (item_end > end)
-			item_end = end;
-		if (*p == '[')
-		{
-			hostend = memchr(p, ']', item_end - p);
-			if (hostend == NULL)
-			{
-				*why = "An IPv6 address must be closed by ].";
-				return false;
-			}
-			host = pnstrdup(p + 1, hostend - p - 1);
-			hostend++;
-		}
-		else
-		{
-			hostend = memchr(p, ':', item_end - p);
-			if (hostend == NULL)
-				hostend = item_end;
-			host = pnstrdup(p, hostend - p);
-		}
-		if (host[0] == '\0')
-		{
-			*why = "Each sentinel in the URL needs a host: host1:port1,host2:port2.";
-			return false;
-		}
-		if (hostend < item_end &&
-			(*hostend != ':' ||
-			 !url_parse_int(hostend + 1, item_end - hostend - 1, 1, 65535, &port)))
-		{
-			*why = "A sentinel's port must be a number from 1 to 65535.";
-			return false;
-		}
-		if (ep->nsentinels == 64)
-		{
-			*why = "The URL names more than 64 sentinels.";
-			return false;
-		}
-		if (ep->nsentinels == cap)
-		{
-			cap *= 2;
-			ep->sentinel_hosts = repalloc(ep->sentinel_hosts, cap * sizeof(char *));
-			ep->sentinel_ports = repalloc(ep->sentinel_ports, cap * sizeof(int));
-		}
-		ep->sentinel_hosts[ep->nsentinels] = host;
-		ep->sentinel_ports[ep->nsentinels++] = port;
-		p = item_end;
-		if (p < end && *p == ',')
-			p++;
-	}
-	if (ep->nsentinels == 0)
+	if (!url_parse_seeds(p, end, 26379, "sentinel", ep, why))
+		return false;
+	if (ep->nseeds == 0)
 	{
 		*why = "A redis+sentinel:// URL names at least one sentinel: host1:port1[,host2:port2...].";
 		return false;
@@ -296,6 +304,40 @@ url_parse_sentinel(const char *s, RwEndpoint *ep, char **why)
 		return false;
 	}
 	/* Where the master is: unknown until the sentinels say (sentinel.c). */
+	ep->host = NULL;
+	ep->port = 0;
+	return true;
+}
+
+/*
+ * redis+cluster://[user[:password]@]host1[:port1][,host2[:port2]...][/[0]]:
+ * seed nodes of a Redis Cluster (port 6379 unless given), any of which
+ * gives the slot map (cluster.c). A cluster has database 0 only. The user
+ * and password are every node's.
+ */
+static bool
+url_parse_cluster(const char *s, RwEndpoint *ep, char **why)
+{
+	const char *end = s + strcspn(s, "/");
+	const char *p;
+
+	p = url_parse_userinfo(s, end, ep, why);
+	if (p == NULL)
+		return false;
+	ep->cluster = true;
+	if (!url_parse_seeds(p, end, 6379, "cluster node", ep, why))
+		return false;
+	if (ep->nseeds == 0)
+	{
+		*why = "A redis+cluster:// URL names at least one node: host1:port1[,host2:port2...].";
+		return false;
+	}
+	if (*end == '/' && end[1] != '\0' && strcmp(end + 1, "0") != 0)
+	{
+		*why = "Redis Cluster has database 0 only: a redis+cluster:// URL ends with the nodes, / or /0.";
+		return false;
+	}
+	/* A node to talk to: found when connecting (cluster.c). */
 	ep->host = NULL;
 	ep->port = 0;
 	return true;
@@ -323,7 +365,14 @@ url_parse(const char *url, int len, RwEndpoint *ep, char **why)
 		ep->tls = true;
 		return url_parse_sentinel(u + 18, ep, why);
 	}
-	*why = "The URL must start with redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel://.";
+	if (strncmp(u, "redis+cluster://", 16) == 0)
+		return url_parse_cluster(u + 16, ep, why);
+	if (strncmp(u, "rediss+cluster://", 17) == 0)
+	{
+		ep->tls = true;
+		return url_parse_cluster(u + 17, ep, why);
+	}
+	*why = "The URL must start with redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://.";
 	return false;
 }
 
@@ -391,20 +440,24 @@ rw_parse_url(const char *spec, RwEndpoint *ep, char **why)
 		ep->tls_key_file = spec_field(fields[5], lens[5]);
 	}
 	ep->url = pstrdup(spec);
-	if (ep->sentinel)
+	if (ep->sentinel || ep->cluster)
 	{
 		StringInfoData b;
 
 		initStringInfo(&b);
-		appendStringInfo(&b, "%s://%s%s", ep->tls ? "rediss+sentinel" : "redis+sentinel",
+		appendStringInfo(&b, "%s%s://%s%s", ep->tls ? "rediss" : "redis",
+						 ep->sentinel ? "+sentinel" : "+cluster",
 						 ep->user ? ep->user : "", ep->user ? "@" : "");
-		for (int i = 0; i < ep->nsentinels; i++)
+		for (int i = 0; i < ep->nseeds; i++)
 			appendStringInfo(&b, "%s%s%s%s:%d", i > 0 ? "," : "",
-							 strchr(ep->sentinel_hosts[i], ':') ? "[" : "",
-							 ep->sentinel_hosts[i],
-							 strchr(ep->sentinel_hosts[i], ':') ? "]" : "",
-							 ep->sentinel_ports[i]);
-		appendStringInfo(&b, "/%s/%d", ep->master_name, ep->db);
+							 strchr(ep->seed_hosts[i], ':') ? "[" : "",
+							 ep->seed_hosts[i],
+							 strchr(ep->seed_hosts[i], ':') ? "]" : "",
+							 ep->seed_ports[i]);
+		if (ep->sentinel)
+			appendStringInfo(&b, "/%s/%d", ep->master_name, ep->db);
+		else
+			appendStringInfoString(&b, "/");
 		ep->display = b.data;
 	}
 	else if (ep->is_unix)
@@ -446,7 +499,8 @@ char *
 rw_current_spec(void)
 {
 	bool		tls = strncmp(rw_redis_url, "rediss://", 9) == 0 ||
-		strncmp(rw_redis_url, "rediss+sentinel://", 18) == 0;
+		strncmp(rw_redis_url, "rediss+sentinel://", 18) == 0 ||
+		strncmp(rw_redis_url, "rediss+cluster://", 17) == 0;
 	const char *pf = rw_password_file ? rw_password_file : "";
 
 	if (tls)
@@ -470,6 +524,22 @@ rw_endpoint_where(const RwEndpoint *ep)
 	if (rw_may_see_url())
 		return psprintf("Redis at %s", ep->display);
 	return "the configured Redis server";
+}
+
+/*
+ * Make host:port the address a resolved endpoint (Sentinel, Cluster)
+ * connects to, kept in TopMemoryContext; addr_gen moves on if it changed.
+ */
+void
+rw_endpoint_set_addr(RwEndpoint *ep, const char *host, int port)
+{
+	if (ep->host != NULL && strcmp(ep->host, host) == 0 && ep->port == port)
+		return;
+	if (ep->host != NULL)
+		pfree(ep->host);
+	ep->host = MemoryContextStrdup(TopMemoryContext, host);
+	ep->port = port;
+	ep->addr_gen++;
 }
 
 /* Whether the current role may read rwlock.redis_url (as SHOW decides). */

@@ -283,6 +283,21 @@ wait_undo_unacked(RwNode *node, const RwKeys *keys, const char *name,
 }
 
 /*
+ * A cluster answered the acquisition with a redirection (cluster.c): true
+ * to try again where it says, after the releases owed for the name are
+ * queued there ahead of it. False, with *err, when the redirections have
+ * lasted rwlock.command_timeout or the releases cannot be queued.
+ */
+static bool
+wait_redirected(RwNode *node, const char *name, RwError *err, int64 *since)
+{
+	if (*since == 0)
+		*since = rw_now_ms();
+	return rw_cluster_redirected(node, err, *since) &&
+		rw_release_settle_name(node, name, err);
+}
+
+/*
  * Take the lock in `mode`, waiting up to timeout_ms (-1: forever, 0: not at
  * all). held_mode is what the session already holds in Redis (RW_READ when
  * this is an upgrade). On success sets *token and returns true; the caller
@@ -301,6 +316,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 {
 	int64		deadline = timeout_ms < 0 ? PG_INT64_MAX : rw_now_ms() + timeout_ms;
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
+	int64		redirected_since = 0;	/* first of the redirections in a row */
 
 	wait_begin(node, keys, name, mode, held_mode, intent > 0 && mode == RW_WRITE);
 	for (;;)
@@ -312,9 +328,13 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		RwError		err;
 		int			acks;
 
-		status = rw_proto_acquire(&node->cmd, keys, mode, held_mode,
-								  rw_lease_ms, intent, &result, &other,
-								  &acks, &err);
+		status = rw_proto_acquire(rw_cluster_cmd(node, keys), keys, mode,
+								  held_mode, rw_lease_ms, intent, &result,
+								  &other, &acks, &err);
+		if (status == RW_ACQ_FAILED && !err.maybe_sent &&
+			wait_redirected(node, name, &err, &redirected_since))
+			continue;
+		redirected_since = 0;
 		if (status == RW_GRANTED)
 		{
 			*token = result;

@@ -18,7 +18,7 @@ our @EXPORT = qw(redis_start redis_stop redis_cli new_node session sq
   wait_until elapsed_since lock_state keeper_pid
   sq_send sq_poll sq_wait sqlstate redis_pid redis_holders redis_mode_of
   session_owner session_pid backend_gone strip_location
-  redis_sigstop redis_sigcont redis_answers);
+  redis_sigstop redis_sigcont redis_answers run_load);
 
 # The suite may run under `PGOPTIONS=... make installcheck`; its clusters
 # get their settings from postgresql.conf only.
@@ -342,6 +342,27 @@ sub backend_gone
 	my ($node, $pid) = @_;
 	return $node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") eq '0';
+}
+
+# Run test/load.py against a node, with its settings (RWLOCK_URL,
+# FAILOVER_CMD, DURATION, ...) as %env; shows its output; returns whether it
+# passed.
+sub run_load
+{
+	my ($node, %env) = @_;
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run(
+		[ '/usr/bin/python3', "$FindBin::RealBin/../test/load.py" ],
+		'>', \$out, '2>', \$err,
+		init => sub {
+			$ENV{PGHOST} = $node->host;
+			$ENV{PGPORT} = $node->port;
+			$ENV{PGDATABASE} = 'postgres';
+			$ENV{$_} = $env{$_} for keys %env;
+		});
+	diag $out;
+	diag $err if $err;
+	return $ok;
 }
 
 1;

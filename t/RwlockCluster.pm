@@ -1,0 +1,163 @@
+# RwlockCluster.pm: a Redis Cluster for the TAP tests: six redis-server
+# processes (--cluster-enabled yes --cluster-node-timeout 2000) on loopback,
+# joined by redis-cli --cluster create with one replica per master (three
+# masters, three replicas), all stopped when the test ends (RwlockTest's END
+# block: they are started by its redis_start). Ports: the first six free
+# ones from 7301 (another test's nodes still stopping are skipped); each
+# also uses port + 10000 for the cluster bus.
+package RwlockCluster;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Exporter 'import';
+use RwlockTest;
+use PostgreSQL::Test::Utils;
+use Time::HiRes qw(time sleep);
+
+our @EXPORT = qw(cluster_start cluster_url cluster_masters cluster_ok
+  cluster_slot_owner cluster_wait_ok cluster_key_node key_slot cluster_ranges);
+
+sub free_cluster_ports
+{
+	my ($n) = @_;
+	my @ports;
+	for my $p (7301 .. 7360)
+	{
+		push @ports, $p
+		  if RwlockTest::port_free($p) && RwlockTest::port_free($p + 10000);
+		return @ports if @ports == $n;
+	}
+	die "no $n free port pairs from 7301";
+}
+
+# Start and join the cluster; returns { ports => [..] }.
+sub cluster_start
+{
+	my @ports = free_cluster_ports(6);
+	for my $p (@ports)
+	{
+		my $dir = "$PostgreSQL::Test::Utils::tmp_check/redis$p";
+		mkdir $dir;
+		# An earlier test's cluster on these ports: its node ids, and the RDB
+		# a replica received (written whatever --save says).
+		unlink "$dir/nodes.conf", "$dir/dump.rdb";
+		# shutdown-timeout 0: a master stops at once when the test ends
+		# instead of waiting up to 10 s for its replicas to catch up.
+		redis_start($p, '--cluster-enabled', 'yes', '--cluster-node-timeout', '2000',
+			'--shutdown-timeout', '0',
+			'--cluster-config-file', "$dir/nodes.conf");
+	}
+	my $out = '';
+	IPC::Run::run([ 'redis-cli', '--cluster', 'create',
+			(map { "127.0.0.1:$_" } @ports), '--cluster-replicas', '1', '--cluster-yes' ],
+		'>', \$out, '2>&1') or die "redis-cli --cluster create failed:\n$out";
+	my $c = { ports => \@ports };
+	cluster_wait_ok($c, 30) or die "the cluster did not settle";
+	return $c;
+}
+
+# Whether every node says cluster_state:ok and knows six nodes.
+sub cluster_ok
+{
+	my ($c) = @_;
+	for my $p (@{ $c->{ports} })
+	{
+		next if $c->{dead}{$p};
+		my $info = redis_cli($p, 'CLUSTER', 'INFO');
+		return 0 unless $info =~ /cluster_state:ok/ && $info =~ /cluster_known_nodes:6/;
+	}
+	return 1;
+}
+
+sub cluster_wait_ok
+{
+	my ($c, $timeout) = @_;
+	return wait_until(sub { cluster_ok($c) }, $timeout);
+}
+
+# The URL with the given seed ports (all nodes by default).
+sub cluster_url
+{
+	my ($c, @seeds) = @_;
+	@seeds = @{ $c->{ports} } unless @seeds;
+	return 'redis+cluster://' . join(',', map { "127.0.0.1:$_" } @seeds) . '/';
+}
+
+# The ports of the masters now, as a live node's CLUSTER NODES says.
+sub cluster_masters
+{
+	my ($c) = @_;
+	for my $p (@{ $c->{ports} })
+	{
+		next if $c->{dead}{$p};
+		my @m;
+		for my $line (split /\n/, redis_cli($p, 'CLUSTER', 'NODES'))
+		{
+			my @f = split / /, $line;
+			next unless $f[2] =~ /master/ && $f[2] !~ /fail/ && @f > 8;
+			push @m, $1 if $f[1] =~ /:(\d+)@/;
+		}
+		return sort @m if @m;
+	}
+	return ();
+}
+
+# The slot ranges as a live node's CLUSTER SLOTS says: [from, to, master port]...
+sub cluster_ranges
+{
+	my ($c) = @_;
+	for my $p (@{ $c->{ports} })
+	{
+		next if $c->{dead}{$p};
+		my @l = split /\n/, redis_cli($p, 'CLUSTER', 'SLOTS');
+		my @r;
+		# Flat output: start, end, host, port, id, (replica host, port, id)...
+		for (my $i = 0; $i + 3 < @l; $i++)
+		{
+			push @r, [ $l[$i], $l[$i + 1], $l[$i + 3] ]
+			  if $l[$i] =~ /^\d+$/ && $l[$i + 1] =~ /^\d+$/ && $l[$i + 2] =~ /^127\./;
+		}
+		return @r if @r;
+	}
+	return ();
+}
+
+# The port of the master that serves a slot, as a live node's CLUSTER SLOTS says.
+sub cluster_slot_owner
+{
+	my ($c, $slot, @ranges) = @_;
+	@ranges = cluster_ranges($c) unless @ranges;
+	for my $r (@ranges)
+	{
+		return $r->[2] if $slot >= $r->[0] && $slot <= $r->[1];
+	}
+	return undef;
+}
+
+# A key's hash slot computed here, by Redis Cluster's rule (CRC16-XMODEM of
+# the hash tag): to pick names by slot without asking Redis each time.
+sub key_slot
+{
+	my ($key) = @_;
+	$key = $1 if $key =~ /\{([^}]+)\}/ && index($key, '{') == $-[0];
+	my $crc = 0;
+	for my $byte (unpack 'C*', $key)
+	{
+		$crc ^= $byte << 8;
+		for (1 .. 8)
+		{
+			$crc = $crc & 0x8000 ? (($crc << 1) ^ 0x1021) & 0xffff : ($crc << 1) & 0xffff;
+		}
+	}
+	return $crc % 16384;
+}
+
+# The master that holds a key now.
+sub cluster_key_node
+{
+	my ($c, $key) = @_;
+	return cluster_slot_owner($c, key_slot($key));
+}
+
+1;

@@ -418,6 +418,32 @@ rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 }
 
 /*
+ * `name` was just granted on `node`. Every release owed for it went ahead of
+ * the acquisition on the same connection (rw_release_settle_name), so each
+ * is answered by now; one that a Redis Cluster answered with a redirection
+ * (MOVED, ASK, TRYAGAIN, CLUSTERDOWN: it did not run, and is unsent again)
+ * must not be sent later: it would let go of the new grant, which is the
+ * same owner's and stands for whatever that release was to let go of. So
+ * such records are dropped. (With one server a release cannot bounce while
+ * the command after it runs: this finds nothing.) Never throws.
+ */
+void
+rw_release_granted(RwNode *node, const char *name)
+{
+	RwOwed	   *next;
+
+	if (node->nowed == 0)
+		return;
+	release_read_node(node);
+	for (RwOwed *rec = owed_head; rec != NULL; rec = next)
+	{
+		next = rec->next;
+		if (rec->node == node && !rec->sent && strcmp(rec->name, name) == 0)
+			release_drop(rec);
+	}
+}
+
+/*
  * At backend exit: send every release still owed that is not on its way,
  * without waiting for answers. The caller bounds the time (rw_conn_limit).
  */

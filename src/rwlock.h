@@ -512,6 +512,7 @@ extern void rw_release_owe(RwNode *node, const char *name, const RwKeys *keys,
 						   RwKeep keep, int lease_ms);
 extern void rw_release_flush(void);
 extern void rw_release_send_owed(RwNode *node);
+extern void rw_release_granted(RwNode *node, const char *name);
 extern bool rw_release_settle_name(RwNode *node, const char *name, RwError *err);
 extern void rw_release_read_answers(void);
 extern void rw_release_at_exit(void);

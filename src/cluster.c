@@ -455,14 +455,6 @@ rw_cluster_redirected(RwNode *node, RwError *err, int64 started)
 	return true;
 }
 
-/*
- * Renew n holds of one node, on behalf of owners[i] (NULL: this session's),
- * as rw_proto_renew does: for a cluster, one pipelined batch per member
- * that serves some of them, and those redirected sent again where they
- * go now, within rwlock.command_timeout. held[i] as rw_proto_renew's (-1
- * also for a hold whose member could not be reached). False, with *err, if
- * no member could be reached at all.
- */
 /* Renew the batch of those in todo that conn serves; see rw_cluster_renew. */
 static bool
 cluster_renew_batch(RwConn *conn, int *batch, int nb, RwKeys **keys,

@@ -7,7 +7,9 @@
 # of the clients with SQL sessions (test/cross_test.py for the Python client,
 # test/compliance/driver.py node for the Node client, which needs
 # clients/node/node_modules: `npm ci`, done by tools/install-deps.sh; each its
-# own Redis), the load test, the chaos test (faults injected into its own Redis;
+# own Redis), the same compliance suite on a Redis Cluster of three masters
+# (driver.py --cluster, 6420-6422: SQL sessions on its redis+cluster:// URL,
+# the clients through their cluster classes), the load test, the chaos test (faults injected into its own Redis;
 # CHAOS_DURATION, default 30 s) and the TAP suite (test/tap.sh: its own Redis
 # servers on 6382-6389, its own clusters, and pgbouncer in t/011).
 set -euo pipefail
@@ -32,6 +34,8 @@ bash test/packages.sh || status=1
 bash test/clients_cluster.sh || status=1
 pg_virtualenv -t /usr/bin/python3 test/cross_test.py || status=1
 pg_virtualenv -t /usr/bin/python3 test/compliance/driver.py node || status=1
+pg_virtualenv -t /usr/bin/python3 test/compliance/driver.py --cluster python python-async node ||
+  status=1
 pg_virtualenv -t /usr/bin/python3 test/load.py || status=1
 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 bash test/tap.sh || status=1

@@ -1,4 +1,5 @@
-"""rwtest.py: what the Python tests share: a throw-away Redis server.
+"""rwtest.py: what the Python tests share: a throw-away Redis server, and a
+throw-away Redis Cluster of three of them.
 
 The same recipe as tools/redis.sh (bash) and t/RwlockTest.pm (Perl): a
 redis-server on 127.0.0.1, nothing persisted, stopped (and its directory
@@ -28,12 +29,26 @@ def free_port(first):
     raise RuntimeError("no free port")
 
 
+def free_ports(first, n):
+    """n ports from first on, each free with its cluster bus port (+10000)."""
+    ports, port = [], first
+    while len(ports) < n:
+        if port + 10000 > 65535:
+            raise RuntimeError("no %d free ports from %d" % (n, first))
+        if free_port(port) == port and free_port(port + 10000) == port + 10000:
+            ports.append(port)
+        port += 1
+    return ports
+
+
 class RedisServer:
     """A redis-server on a free port (first_port if free); extra options
     are passed on (e.g. "--enable-debug-command", "local")."""
 
-    def __init__(self, first_port, *options, prefix="rwlock-test-"):
-        self.port = free_port(first_port)
+    cluster = False
+
+    def __init__(self, first_port, *options, prefix="rwlock-test-", exact=False):
+        self.port = first_port if exact else free_port(first_port)
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
@@ -51,6 +66,10 @@ class RedisServer:
         self.stop()
         raise RuntimeError("redis-server on port %d did not start" % self.port)
 
+    def redis(self):
+        """A client of it (redis-py)."""
+        return redis.Redis(port=self.port)
+
     def stop(self):
         if self.proc is None:
             return
@@ -62,3 +81,49 @@ class RedisServer:
             self.proc.wait(5)
         self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisCluster:
+    """Three masters, no replicas, on 127.0.0.1 from first_port on (the next
+    free ones, their bus ports free too), joined by `redis-cli --cluster
+    create`; up once every node says cluster_state:ok. url: the extension's
+    redis+cluster:// URL naming every node; stop() stops them all."""
+
+    cluster = True
+
+    def __init__(self, first_port, masters=3, prefix="rwlock-cluster-"):
+        self.nodes = []
+        atexit.register(self.stop)
+        try:
+            for port in free_ports(first_port, masters):
+                self.nodes.append(RedisServer(port, "--cluster-enabled", "yes",
+                                              "--cluster-config-file", "nodes.conf",
+                                              "--cluster-node-timeout", "2000",
+                                              prefix=prefix, exact=True))
+            self.ports = [n.port for n in self.nodes]
+            self.port = self.ports[0]
+            subprocess.run(["redis-cli", "--cluster", "create"]
+                           + ["127.0.0.1:%d" % p for p in self.ports] + ["--cluster-yes"],
+                           check=True, stdout=subprocess.DEVNULL, timeout=30)
+            for n in self.nodes:
+                r = n.redis()
+                for _ in range(200):
+                    if r.cluster("info").get("cluster_state") == "ok":
+                        break
+                    time.sleep(0.05)
+                else:
+                    raise RuntimeError("the cluster on %s did not come up" % self.ports)
+        except BaseException:
+            self.stop()
+            raise
+        self.url = "redis+cluster://%s/" % ",".join("127.0.0.1:%d" % p for p in self.ports)
+
+    def redis(self):
+        """A redis-py RedisCluster on it: commands by key go by slot, node-wide
+        ones (SCRIPT FLUSH, PUBSUB) to every master."""
+        from redis.cluster import RedisCluster as Client
+        return Client(host="127.0.0.1", port=self.port)
+
+    def stop(self):
+        for n in self.nodes:
+            n.stop()

@@ -4,6 +4,8 @@
 // one JSON request a line on stdin, one JSON answer a line on stdout, every
 // request run concurrently. The protocol: test/compliance/README.md.
 //   node agent.js --redis redis://127.0.0.1:6379/0 [--prefix rwlock]
+// A redis+cluster://host1:port1[,host2:port2...]/ URL (the extension's) makes
+// it connect through ioredis's Cluster, those nodes its startup nodes.
 const path = require('path');
 const readline = require('readline');
 
@@ -18,8 +20,15 @@ const arg = (name, dflt) => {
 // --no-resend: commands cut off in flight are not sent again after a
 // reconnection (so the client's own owed releases are tested); ioredis then
 // never settles them, so they time out (commandTimeout).
-const redis = new Redis(arg('redis'), process.argv.includes('--no-resend')
-  ? { autoResendUnfulfilledCommands: false, commandTimeout: 1000 } : {});
+const url = arg('redis');
+const CLUSTER = 'redis+cluster://';
+const redis = url.startsWith(CLUSTER)
+  ? new Redis.Cluster(url.slice(CLUSTER.length).split('/')[0].split(',').map((s) => {
+    const i = s.lastIndexOf(':');
+    return { host: s.slice(0, i), port: Number(s.slice(i + 1)) };
+  }))
+  : new Redis(url, process.argv.includes('--no-resend')
+    ? { autoResendUnfulfilledCommands: false, commandTimeout: 1000 } : {});
 redis.on('error', () => {});
 const locks = new rw.Locks(redis, { prefix: arg('prefix', 'rwlock') });
 const handles = new Map();

@@ -5,10 +5,16 @@ request run concurrently (a thread each; with --async, a task each on
 rwlock_client.aio). The protocol: test/compliance/README.md.
 
     agent.py --redis redis://127.0.0.1:6379/0 [--async] [--prefix rwlock]
+
+A redis+cluster://host1:port1[,host2:port2...]/ URL (the extension's) makes
+it connect through redis-py's RedisCluster (redis.asyncio's with --async),
+those nodes its startup nodes.
 """
 import argparse
 import asyncio
+import importlib
 import json
+import logging
 import os
 import sys
 import threading
@@ -102,8 +108,23 @@ def answer(req, result):
     return {"info": result}
 
 
+CLUSTER_SCHEME = "redis+cluster://"
+
+
+def connect(url, lib):
+    """lib's client for url: its RedisCluster for a redis+cluster:// URL."""
+    if not url.startswith(CLUSTER_SCHEME):
+        return lib.Redis.from_url(url)
+    cluster = importlib.import_module(lib.__name__ + ".cluster")
+    # It logs every error answer with a traceback (the version cases expect some).
+    logging.getLogger("redis.cluster").setLevel(logging.CRITICAL)
+    seeds = url[len(CLUSTER_SCHEME):].split("/")[0].split(",")
+    return cluster.RedisCluster(startup_nodes=[
+        cluster.ClusterNode(h, int(p)) for h, p in (s.rsplit(":", 1) for s in seeds)])
+
+
 def run_sync(url, prefix):
-    agent = Agent(rw.Client(redis.Redis.from_url(url), prefix=prefix))
+    agent = Agent(rw.Client(connect(url, redis), prefix=prefix))
 
     def handle(req):
         start = time.monotonic_ns()
@@ -126,7 +147,7 @@ def run_sync(url, prefix):
 async def run_async(url, prefix):
     import redis.asyncio as aredis
     from rwlock_client.aio import AsyncClient
-    agent = Agent(AsyncClient(aredis.Redis.from_url(url), prefix=prefix))
+    agent = Agent(AsyncClient(connect(url, aredis), prefix=prefix))
     loop = asyncio.get_running_loop()
     queue = asyncio.Queue()
 

@@ -89,8 +89,24 @@ class AsyncClient(BaseClient):
         return self._checked(step.name, replies, step.wait)
 
 
+    _node_redis: Optional["aredis.Redis"] = None
+
+    def _pubsub(self) -> Any:
+        """A PubSub. redis.asyncio's RedisCluster has none (redis-py 4.x): then
+        one on a plain connection to its default node, as PUBLISH reaches
+        every node of a cluster."""
+        if hasattr(self.redis, "pubsub"):
+            return self.redis.pubsub()
+        if self._node_redis is None:
+            node = self.redis.get_default_node()
+            kw = {k: v for k, v in node.connection_kwargs.items()
+                  if k != "redis_connect_func"}      # the cluster's own handshake
+            self._node_redis = aredis.Redis(connection_pool=aredis.ConnectionPool(
+                connection_class=node.connection_class, **kw))
+        return self._node_redis.pubsub()
+
     async def _subscribe(self, channel: str):
-        ps = self.redis.pubsub()
+        ps = self._pubsub()
         try:
             await ps.subscribe(channel)
             end = time.monotonic() + self.subscribe_timeout

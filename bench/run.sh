@@ -203,6 +203,10 @@ $PY "$BENCH/scriptcost.py" --port "$RPORT" --tsv >>"$RAW"
 log "   the same, one command per round trip (as the extension talks)"
 $PY "$BENCH/scriptcost.py" --port "$RPORT" --batch 0 --pairs 300 --reps 15 --tag cpuseq --tsv >>"$RAW"
 
+# ---- j. the release at transaction end: EVAL's cost to Redis --------------------
+log "== j. Redis CPU of release.lua by EVAL (as sent at transaction end) and EVALSHA (bench/evalcost.py)"
+$PY "$BENCH/evalcost.py" --port "$RPORT" >&2
+
 # ---- wait_replicas: b with WAIT 1 beside 0 (bench/replicas.sh) ---------------
 source "$BENCH/replicas.sh" || log "replicas case failed: no wait_replicas row"
 

@@ -13,6 +13,11 @@
 --          rw, which gives readers a turn (rt) when the writer they wait for
 --          leaves.
 -- ARGV[6]  keep, ms: the last write token outlives the lock by keep at least
+-- ARGV[7]  optional: "r" when the caller holds the read lock (an upgrade),
+--          "-" when it holds nothing of the lock: a reader field of its own
+--          that Redis still has is then left over from a release Redis lost
+--          (a failover) and is dropped, never taken for an upgrade. Absent:
+--          the reader field decides, as before.
 --
 -- Returns an integer token >= 0 when granted (a read grant returns the last
 -- write token, 0 if none is kept); an integer -ms <= -1 when busy, ms being
@@ -28,7 +33,9 @@
 -- Times are ms of Redis's clock (TIME); tokens and queue scores µs. Integers
 -- this large must never become strings in Lua (tostring and .. keep 14
 -- digits): they go to redis.call as numbers, which Redis formats with %.17g,
--- exact below 2^53; the token is counted by HINCRBY.
+-- exact below 2^53. A write token is max(last + 1, TIME in µs): larger
+-- than the last one Redis keeps, and than one a failover lost (section 11 of
+-- docs/protocol.md says when).
 local hash, owner, mode = KEYS[1], ARGV[2], ARGV[3]
 local h, rkey
 if mode == 'r' then
@@ -46,22 +53,13 @@ end
 if not h[2] and not h[6] then
   if mode ~= 'r' then
     if not h[4] then                  -- no reader either: the lock is free
-      local token
-      if h[3] then
-        token = redis.call('HINCRBY', hash, 'f', 1)
-        if h[5] and h[5] ~= '0' then
-          redis.call('HSET', hash, 'w', owner, 'x', '0')
-        else
-          redis.call('HSET', hash, 'w', owner)
-        end
-      else                            -- no token kept: from the clock
-        local t = redis.call('TIME')
-        token = t[1] * 1000000 + t[2]
-        if h[5] and h[5] ~= '0' then
-          redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token, 'x', '0')
-        else
-          redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token)
-        end
+      local t = redis.call('TIME')
+      local token = t[1] * 1000000 + t[2]
+      if h[3] and h[3] + 1 > token then token = h[3] + 1 end
+      if h[5] and h[5] ~= '0' then
+        redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token, 'x', '0')
+      else
+        redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token)
       end
       redis.call('PEXPIRE', hash, ARGV[4])
       return token
@@ -128,6 +126,20 @@ local function commit()
   if #set > 0 then redis.call('HSET', hash, unpack(set)) end
   if #del > 0 then redis.call('HDEL', hash, unpack(del)) end
   if ttl then redis.call('PEXPIRE', hash, ttl) end
+end
+
+-- A reader field of the caller's that the caller says it does not hold: a
+-- release Redis lost (a failover) left it. Gone at once (others() reads the
+-- hash), so that it neither passes for an upgrade nor keeps the caller
+-- ahead of waiting writers.
+if ARGV[7] == '-' and g[7] then
+  redis.call('HDEL', hash, rkey)
+  n = n - 1
+  put('n', n > 0 and n)
+  if n == 0 then put('rm', false) end
+  myread = 0
+  g[7] = false
+  if upgrader == owner then upgrader = nil; put('u', false) end
 end
 
 -- The first waiting writer whose intent is live (those that lapsed are
@@ -256,7 +268,8 @@ end
 -- first (the writers before it wait for its read lock).
 if behind and not mine then return busy(fe) end
 
-local token = h[3] and tonumber(h[3]) + 1 or sec * 1000000 + us
+local token = sec * 1000000 + us
+if h[3] and tonumber(h[3]) + 1 > token then token = tonumber(h[3]) + 1 end
 put('w', owner)
 put('f', token)
 put('x', '0')                                 -- the writer's lease rules the TTL

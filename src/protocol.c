@@ -156,7 +156,8 @@ proto_run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
 }
 
 /*
- * Try once to take the lock. RW_GRANTED: *result is the fencing token.
+ * Try once to take the lock in `mode`, the session holding `held_mode` of it
+ * (RW_READ: an upgrade). RW_GRANTED: *result is the fencing token.
  * RW_BUSY: *result is the longest to sleep before trying again, ms.
  * RW_UPGRADE_CONFLICT: *other is the reader that already waits to upgrade.
  * RW_GRANTED_UNACKED: granted (*result is the token), but with
@@ -166,15 +167,22 @@ proto_run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
  * have run (and granted) all the same. Never throws.
  */
 RwAcquireStatus
-rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode, int lease_ms,
-				 int intent_ms, int64 *result, char **other, int *acks,
-				 RwError *err)
+rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
+				 RwMode held_mode, int lease_ms, int intent_ms, int64 *result,
+				 char **other, int *acks, RwError *err)
 {
 	char		lease[16],
 				intent[16],
 				keep[16];
-	const char *args[6] = {RW_PROTOCOL_VERSION, rw_owner_id(),
-	proto_mode_arg(mode), lease, intent, keep};
+
+	/*
+	 * What the session holds goes with it: a reader field of ours that Redis
+	 * has and we do not hold (a release lost in a failover) is then dropped,
+	 * not taken for an upgrade.
+	 */
+	const char *args[7] = {RW_PROTOCOL_VERSION, rw_owner_id(),
+		proto_mode_arg(mode), lease, intent, keep,
+	held_mode == RW_READ ? "r" : "-"};
 	redisReply *r;
 	int64		value;
 
@@ -187,11 +195,11 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode, int lease_ms,
 		RwScriptCall call;
 
 		/* WAIT follows the script in the same round trip. */
-		proto_prepare(&call, RW_SCRIPT_ACQUIRE, keys, 6, args);
+		proto_prepare(&call, RW_SCRIPT_ACQUIRE, keys, 7, args);
 		if (!rw_script_run_acked(conn, &call, 1, &r, rw_wait_replicas, acks, err))
 			return RW_ACQ_FAILED;
 	}
-	else if ((r = proto_run_one(conn, RW_SCRIPT_ACQUIRE, 6, args, keys, err)) == NULL)
+	else if ((r = proto_run_one(conn, RW_SCRIPT_ACQUIRE, 7, args, keys, err)) == NULL)
 		return RW_ACQ_FAILED;
 
 	/*

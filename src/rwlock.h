@@ -385,9 +385,10 @@ extern void rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 extern void rw_copy_keys(const RwKeys *from, RwKeys *to, MemoryContext cxt);
 extern void rw_free_keys(RwKeys *keys);
 extern RwAcquireStatus rw_proto_acquire(RwConn *conn, const RwKeys *keys,
-										RwMode mode, int lease_ms,
-										int intent_ms, int64 *result,
-										char **other, int *acks, RwError *err);
+										RwMode mode, RwMode held_mode,
+										int lease_ms, int intent_ms,
+										int64 *result, char **other,
+										int *acks, RwError *err);
 extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep,
 							 int lease_ms, RwError *err);
 extern void rw_proto_release_append(RwConn *conn, const RwKeys *keys,

@@ -329,8 +329,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		int			acks;
 
 		status = rw_proto_acquire(rw_cluster_cmd(node, keys), keys, mode,
-								  rw_lease_ms, intent, &result, &other, &acks,
-								  &err);
+								  held_mode, rw_lease_ms, intent, &result,
+								  &other, &acks, &err);
 		if (status == RW_ACQ_FAILED && !err.maybe_sent &&
 			wait_redirected(node, name, &err, &redirected_since))
 			continue;

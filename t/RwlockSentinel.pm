@@ -43,7 +43,9 @@ sub wait_ping
 	die "redis on port $port did not answer";
 }
 
-# Start the set; returns { name, master, replicas => [..], sentinels => [..] }.
+# Start the set; returns { name, master, replicas => [..], nodes => [..],
+# sentinels => [..] } (master and replicas as started; master follows
+# sentinel_wait_master).
 sub sentinel_set_start
 {
 	my (%opt) = @_;
@@ -81,6 +83,7 @@ EOC
 		name => $name,
 		master => $master,
 		replicas => \@replicas,
+		nodes => [ $master, @replicas ],    # every data node, whatever its role now
 		sentinels => \@sentinels
 	};
 	# Replicas in sync and known to every sentinel before the test starts.

@@ -156,50 +156,53 @@ proto_run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
 }
 
 /*
- * Try once to take the lock in `mode`, the session holding `held_mode` of it
- * (RW_READ: an upgrade). RW_GRANTED: *result is the fencing token.
- * RW_BUSY: *result is the longest to sleep before trying again, ms.
- * RW_UPGRADE_CONFLICT: *other is the reader that already waits to upgrade.
- * RW_GRANTED_UNACKED: granted (*result is the token), but with
- * rwlock.wait_replicas > 0 only *acks replicas acknowledged it (the WAIT
- * pipelined after the script): the caller must undo it.
- * RW_ACQ_FAILED: *err says why; err->maybe_sent whether the script may
- * have run (and granted) all the same. Never throws.
+ * Send one try to take the lock in `mode`, the session holding `held_mode`
+ * of it (RW_READ: an upgrade), without reading the answer
+ * (rw_proto_acquire_collect reads it). *c keeps the call's arguments until
+ * then. False, with *err, if the connection could not be had or failed.
+ * Never throws.
  */
-RwAcquireStatus
-rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
-				 RwMode held_mode, int lease_ms, int intent_ms, int64 *result,
-				 char **other, int *acks, RwError *err)
+bool
+rw_proto_acquire_send(RwConn *conn, const RwKeys *keys, RwMode mode,
+					  RwMode held_mode, int lease_ms, int intent_ms,
+					  RwAcquireCall *c, RwError *err)
 {
-	char		lease[16],
-				intent[16],
-				keep[16];
-
 	/*
 	 * What the session holds goes with it: a reader field of ours that Redis
 	 * has and we do not hold (a release lost in a failover) is then dropped,
 	 * not taken for an upgrade.
 	 */
 	const char *args[7] = {RW_PROTOCOL_VERSION, rw_owner_id(),
-		proto_mode_arg(mode), lease, intent, keep,
+		proto_mode_arg(mode), c->lease, c->intent, c->keep,
 	held_mode == RW_READ ? "r" : "-"};
+
+	snprintf(c->lease, sizeof(c->lease), "%d", lease_ms);
+	snprintf(c->intent, sizeof(c->intent), "%d", intent_ms);
+	snprintf(c->keep, sizeof(c->keep), "%d", RW_KEEP_TOKEN_MS);
+	proto_prepare(&c->call, RW_SCRIPT_ACQUIRE, keys, 7, args);
+	/* WAIT, if asked for, follows the script in the same round trip. */
+	return rw_script_send(conn, &c->call, 1, rw_wait_replicas, err);
+}
+
+/*
+ * Read the answer to rw_proto_acquire_send. RW_GRANTED: *result is the
+ * fencing token. RW_BUSY: *result is the longest to sleep before trying
+ * again, ms. RW_UPGRADE_CONFLICT: *other is the reader that already waits
+ * to upgrade. RW_GRANTED_UNACKED: granted (*result is the token), but with
+ * rwlock.wait_replicas > 0 only *acks replicas acknowledged it (the WAIT
+ * pipelined after the script): the caller must undo it. RW_ACQ_FAILED:
+ * *err says why; err->maybe_sent whether the script may have run (and
+ * granted) all the same. Never throws.
+ */
+RwAcquireStatus
+rw_proto_acquire_collect(RwConn *conn, RwAcquireCall *c, int64 *result,
+						 char **other, int *acks, RwError *err)
+{
 	redisReply *r;
 	int64		value;
 
-	snprintf(lease, sizeof(lease), "%d", lease_ms);
-	snprintf(intent, sizeof(intent), "%d", intent_ms);
-	snprintf(keep, sizeof(keep), "%d", RW_KEEP_TOKEN_MS);
 	*acks = -1;
-	if (rw_wait_replicas > 0)
-	{
-		RwScriptCall call;
-
-		/* WAIT follows the script in the same round trip. */
-		proto_prepare(&call, RW_SCRIPT_ACQUIRE, keys, 7, args);
-		if (!rw_script_run_acked(conn, &call, 1, &r, rw_wait_replicas, acks, err))
-			return RW_ACQ_FAILED;
-	}
-	else if ((r = proto_run_one(conn, RW_SCRIPT_ACQUIRE, 7, args, keys, err)) == NULL)
+	if (!rw_script_collect(conn, &c->call, 1, &r, rw_wait_replicas, acks, err))
 		return RW_ACQ_FAILED;
 
 	/*
@@ -230,6 +233,53 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
 	return value >= 0 ? RW_GRANTED : RW_BUSY;
 }
 
+/* Try once to take the lock: rw_proto_acquire_send, then _collect. */
+RwAcquireStatus
+rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
+				 RwMode held_mode, int lease_ms, int intent_ms, int64 *result,
+				 char **other, int *acks, RwError *err)
+{
+	RwAcquireCall c;
+
+	*acks = -1;
+	if (!rw_proto_acquire_send(conn, keys, mode, held_mode, lease_ms,
+							   intent_ms, &c, err))
+		return RW_ACQ_FAILED;
+	return rw_proto_acquire_collect(conn, &c, result, other, acks, err);
+}
+
+/*
+ * Raise the last write token of a lock this session holds for writing to
+ * at least `token` (quorum.c, after a majority granted it), without
+ * reading the answer (rw_proto_fence_collect). *c keeps the arguments.
+ */
+bool
+rw_proto_fence_send(RwConn *conn, const RwKeys *keys, int64 token,
+					RwAcquireCall *c, RwError *err)
+{
+	const char *args[3] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->lease};
+
+	snprintf(c->lease, sizeof(c->lease), INT64_FORMAT, token);
+	rw_script_prepare(&c->call, RW_SCRIPT_FENCE, 1,
+					  (const char *const *) keys->key, keys->len, 3, args);
+	return rw_script_send(conn, &c->call, 1, 0, err);
+}
+
+/*
+ * Read the answer to rw_proto_fence_send or rw_proto_release_send: 1 if the
+ * owner still held the lock there (a fence: its token is raised), 0 if not,
+ * -1 if Redis could not be asked or refused (*err). Never throws.
+ */
+int
+rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err)
+{
+	redisReply *r;
+
+	if (!rw_script_collect(conn, &c->call, 1, &r, 0, NULL, err))
+		return -1;
+	return rw_proto_release_result(r, err);
+}
+
 /* The arguments of release.lua after its keys; bufs must outlive args. */
 static void
 proto_release_args(RwKeep keep, int lease_ms, const char **args,
@@ -255,16 +305,27 @@ int
 rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep, int lease_ms,
 				 RwError *err)
 {
-	char		lease[16],
-				keeptoken[16];
-	const char *args[5];
-	redisReply *r;
+	RwAcquireCall c;
 
-	proto_release_args(keep, lease_ms, args, lease, keeptoken);
-	r = proto_run_one(conn, RW_SCRIPT_RELEASE, 5, args, keys, err);
-	if (r == NULL)
+	if (!rw_proto_release_send(conn, keys, keep, lease_ms, &c, err))
 		return -1;
-	return rw_proto_release_result(r, err);
+	return rw_proto_collect_held(conn, &c, err);
+}
+
+/*
+ * The same release, sent without reading the answer (a quorum sends it to
+ * all its members first): rw_proto_collect_held reads it. *c keeps the
+ * arguments until then.
+ */
+bool
+rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwKeep keep,
+					  int lease_ms, RwAcquireCall *c, RwError *err)
+{
+	const char *args[5];
+
+	proto_release_args(keep, lease_ms, args, c->lease, c->keep);
+	proto_prepare(&c->call, RW_SCRIPT_RELEASE, keys, 5, args);
+	return rw_script_send(conn, &c->call, 1, 0, err);
 }
 
 /*

@@ -252,7 +252,11 @@ quorum_ready(RwNode *node, int i, RwError *err)
 	return true;
 }
 
-/* Whether member i counts toward a majority now (and its run_id). */
+/*
+ * Whether member i counts toward a majority now (and its run_id): its
+ * command connection is the one whose Redis was checked, and that Redis
+ * has been up long enough (or persists every write).
+ */
 bool
 rw_quorum_counts(RwNode *node, int i, const char **run_id)
 {
@@ -260,7 +264,9 @@ rw_quorum_counts(RwNode *node, int i, const char **run_id)
 
 	if (run_id)
 		*run_id = q->run_id[i];
-	return q->checked_opens[i] != 0 && rw_now_ms() >= q->counts_from_ms[i];
+	return q->checked_opens[i] != 0 &&
+		q->checked_opens[i] == q->member[i]->cmd.opens &&
+		rw_now_ms() >= q->counts_from_ms[i];
 }
 
 /* Send the acquisition to every member asked; votes[i] of those not. */

@@ -394,7 +394,8 @@ wait_redirected(RwNode *node, const char *name, RwError *err, int64 *since)
  * once the releases owed for the name there are queued ahead of the try.
  * Unless the lock was granted, what members granted is released (owed and
  * sent, without waiting: it goes ahead of the next try on each member), and
- * what a member may have granted before its connection failed is owed.
+ * what a member may have granted before its connection failed is owed;
+ * after a split vote, the writer's intent is withdrawn everywhere.
  * *split: some members granted it, too few. Statuses as rw_proto_acquire's,
  * but RW_GRANTED_UNACKED.
  */
@@ -422,6 +423,19 @@ wait_try_quorum(RwNode *node, const RwKeys *keys, const char *name,
 			(votes[i].status == RW_ACQ_FAILED && votes[i].err.maybe_sent))
 		{
 			rw_release_owe(node, i, name, keys, undo, rw_quorum_lease(node));
+			owes = true;
+		}
+		else if (*split && votes[i].status == RW_BUSY && mode == RW_WRITE &&
+				 intent > 0)
+		{
+			/*
+			 * Votes split: the writers' places in the members' queues may
+			 * disagree in a cycle (A before B on one, B before C on the
+			 * next, C before A on the third), which would split every try
+			 * again. All places are given up; the random pause decides who
+			 * queues first next time.
+			 */
+			rw_release_owe(node, i, name, keys, RW_KEEP_ALL, 0);
 			owes = true;
 		}
 	}

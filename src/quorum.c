@@ -339,7 +339,8 @@ quorum_in_time(RwNode *node, int64 started_ms)
 
 /*
  * Raise the token on the granting members below the largest (fence.lua),
- * all at once. Returns how many members that count now have it.
+ * all at once; those that do not count yet too (it costs nothing, and they
+ * will count). Returns how many members that count now have it.
  */
 static int
 quorum_fence(RwNode *node, const RwKeys *keys, int64 token,
@@ -351,10 +352,10 @@ quorum_fence(RwNode *node, const RwKeys *keys, int64 token,
 
 	for (int i = 0; i < q->n; i++)
 	{
-		if (votes[i].status != RW_GRANTED || !votes[i].counts)
+		if (votes[i].status != RW_GRANTED)
 			continue;
 		if (votes[i].result >= token)
-			have++;
+			have += votes[i].counts;
 		else if (rw_proto_fence_send(&q->member[i]->cmd, keys, token,
 									 &calls[i], &votes[i].err))
 			sent[i] = true;
@@ -362,7 +363,7 @@ quorum_fence(RwNode *node, const RwKeys *keys, int64 token,
 	for (int i = 0; i < q->n; i++)
 		if (sent[i] && rw_proto_collect_held(&q->member[i]->cmd, &calls[i],
 											  &votes[i].err) == 1)
-			have++;
+			have += votes[i].counts;
 	pfree(sent);
 	return have;
 }

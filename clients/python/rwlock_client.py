@@ -31,6 +31,14 @@ The Lua scripts are read at run time from the repository's lua/ directory
 (found relative to this file; override with lua_dir= or $RWLOCK_LUA_DIR) and
 run with EVALSHA, loaded again when Redis answers NOSCRIPT.
 
+Quorum mode (experimental; the repository's README says what it promises and
+under which timing assumptions): a lock held on a majority of an odd number
+of independent masters, sharing locks with SQL sessions whose
+rwlock.redis_url lists the same masters:
+
+    locks = QuorumClient.from_urls("redis://a:6379/0 redis://b:6379/0 redis://c:6379/0",
+                                   max_lease=60.0)      # = rwlock.quorum_max_lease
+
 A Lock object is one holder (one owner id) and is meant for one thread at a
 time; give each thread its own Lock object. Leases are renewed by a background
 thread per held lock, every third of the lease, until release().
@@ -38,6 +46,7 @@ thread per held lock, every third of the lease, until release().
 
 import logging
 import os
+import random
 import re
 import secrets
 import socket
@@ -49,7 +58,7 @@ import redis
 __all__ = [
     "PROTOCOL_VERSION", "Client", "Lock", "RWLockError", "ProtocolVersionError",
     "LockTimeout", "UpgradeConflict", "ReplicasNotAcknowledged", "lock_keys",
-    "encode_name", "sentinel_redis",
+    "encode_name", "sentinel_redis", "QuorumClient",
 ]
 
 # The protocol this client speaks; sent as ARGV[1] of every script and checked
@@ -59,7 +68,8 @@ PROTOCOL_VERSION = "2"
 INTENT_MS = 2000          # lease of a waiting caller's mark (as the SQL side)
 KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
 NAME_MAX = 1024           # bytes: the longest name the SQL side accepts
-SCRIPTS = ("acquire", "release", "renew", "info")
+SCRIPTS = ("acquire", "release", "renew", "info", "fence")
+SPLIT_PAUSE_MS = (10, 100)  # quorum mode: the random pause after a split vote
 
 log = logging.getLogger("rwlock_client")
 
@@ -256,11 +266,12 @@ class Client:
                     "this client's (%s): %s" % (name, PROTOCOL_VERSION, msg)) from e
             raise
 
-    def _acquire(self, name, owner, mode, lease_ms, intent_ms):
+    def _acquire(self, name, owner, mode, lease_ms, intent_ms, held=""):
         """(1, token) granted; (0, ms) busy, sleep at most ms; (-1, other)
         upgrade conflict; (-2, acks) granted but fewer than wait_replicas
         replicas acknowledged it (the caller undoes it). The script answers
-        the token (>= 0), -ms, or other."""
+        the token (>= 0), -ms, or other. held: "r" in an upgrade (what a
+        quorum keeps when it undoes a grant without a majority)."""
         args = [PROTOCOL_VERSION, owner, mode, lease_ms, intent_ms, KEEP_TOKEN_MS]
         acks = None
         if self.wait_replicas > 0:
@@ -412,7 +423,8 @@ class Lock:
         try:
             while True:
                 sent = time.monotonic()
-                status, value = c._acquire(self.name, self.owner, mode, lease_ms, intent)
+                status, value = c._acquire(self.name, self.owner, mode, lease_ms,
+                                           intent, "r" if upgrade else "")
                 if status == 1:
                     done = True
                     self._granted(mode, int(value), sent)
@@ -591,3 +603,206 @@ class Lock:
         if self._held and not self.release():
             log.warning("rwlock: lock %r was lost before it was released", self.name)
         return False
+
+
+class _QuorumPubSub:
+    """The subscriptions on several masters as one: get_message polls each."""
+
+    POLL = 0.005
+
+    def __init__(self, pubsubs):
+        self.pubsubs = pubsubs
+
+    def get_message(self, timeout=0.0):
+        end = time.monotonic() + timeout
+        while True:
+            for ps in self.pubsubs:
+                m = ps.get_message(timeout=0)
+                if m:
+                    return m
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(left, self.POLL))
+
+    def close(self):
+        for ps in self.pubsubs:
+            ps.close()
+
+
+class QuorumClient(Client):
+    """Quorum mode (experimental): locks held on a majority of an odd number
+    (3 or more) of independent Redis masters, as the SQL extension holds
+    them when rwlock.redis_url lists several URLs (docs/protocol.md 13.3).
+
+    A grant needs a majority of the masters that count, within the lease
+    less the time spent less drift * lease less 2 ms; a write grant's token
+    is raised on a majority to the largest any master returned (fence.lua)
+    before it is returned; renewals and releases go to every master. A master
+    counts once it has been up for max_lease (INFO uptime, read in the same
+    round trip as each acquisition), or at once if it persists every write
+    (appendonly yes, appendfsync always). Leases are capped at max_lease.
+    drift and max_lease must be the SQL side's rwlock.quorum_drift and
+    rwlock.quorum_max_lease. The masters are asked one after the other."""
+
+    def __init__(self, redis_clients, prefix="rwlock", lease=30.0, lua_dir=None,
+                 subscribe_timeout=2.0, drift=0.01, max_lease=60.0):
+        redis_clients = list(redis_clients)
+        if len(redis_clients) < 3 or len(redis_clients) % 2 == 0:
+            raise ValueError("a quorum is an odd number of masters, at least 3")
+        self.max_lease = float(max_lease)
+        self.drift = float(drift)
+        lease = min(float(lease), self.max_lease)
+        super().__init__(redis_clients[0], prefix, lease, lua_dir, subscribe_timeout)
+        self.members = [Client(r, prefix, lease, lua_dir, subscribe_timeout)
+                        for r in redis_clients]
+        self.majority = len(self.members) // 2 + 1
+        self._persists = {}     # (member, run_id) -> whether it fsyncs every write
+
+    @classmethod
+    def from_urls(cls, urls, redis_kwargs=None, **kwargs):
+        """The masters' redis://, rediss:// or unix:// URLs, a list or one
+        string separated by white space (as rwlock.redis_url)."""
+        if isinstance(urls, str):
+            urls = urls.split()
+        return cls([redis.Redis.from_url(u, **(redis_kwargs or {})) for u in urls], **kwargs)
+
+    def write_lock(self, name, lease=None, timeout=None, on_lost=None):
+        return Lock(self, name, "w", min(lease or self.lease, self.max_lease), timeout, on_lost)
+
+    def read_lock(self, name, lease=None, timeout=None, on_lost=None):
+        return Lock(self, name, "r", min(lease or self.lease, self.max_lease), timeout, on_lost)
+
+    def info(self, name):
+        """The lock as the first master that answers has it."""
+        for m in self.members[:-1]:
+            try:
+                return m.info(name)
+            except redis.exceptions.ConnectionError:
+                pass
+        return self.members[-1].info(name)
+
+    def _counts(self, i, info):
+        """Whether member i, whose INFO server is info, counts toward a majority."""
+        key = (i, info.get("run_id"))
+        if key not in self._persists:
+            try:
+                r = self.members[i].redis
+                self._persists[key] = (
+                    _text(r.config_get("appendonly").get("appendonly")) == "yes" and
+                    _text(r.config_get("appendfsync").get("appendfsync")) == "always")
+            except redis.exceptions.RedisError:
+                self._persists[key] = False
+        return self._persists[key] or int(info.get("uptime_in_seconds", 0)) >= self.max_lease + 1
+
+    def _vote(self, i, name, owner, mode, lease_ms, intent_ms, held):
+        """Member i's answer: (status, value, counts), status None if it
+        could not be asked (value: the error)."""
+        m = self.members[i]
+        args = [PROTOCOL_VERSION, owner, mode, lease_ms, intent_ms, KEEP_TOKEN_MS,
+                held or "-"]
+        try:
+            pipe = m.redis.pipeline(transaction=False)
+            m._scripts["acquire"](keys=lock_keys(self.prefix, name)[:2], args=args,
+                                  client=pipe)
+            pipe.info("server")
+            r, info = pipe.execute()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+            return None, e, False
+        if isinstance(r, bytes):
+            return -1, r, True
+        r = int(r)
+        return (1, r, self._counts(i, info)) if r >= 0 else (0, -r, self._counts(i, info))
+
+    def _each(self, call):
+        """call(member) on every member: [result, or the exception]."""
+        out = []
+        for m in self.members:
+            try:
+                out.append(call(m))
+            except redis.exceptions.RedisError as e:
+                out.append(e)
+        return out
+
+    def _undo(self, name, owner, votes, held, split, mode):
+        """Release what members granted (or may have); after a split vote a
+        writer gives up its places in every queue (they may disagree in a
+        cycle)."""
+        for i, (status, _, _) in enumerate(votes):
+            keep = None
+            if status in (1, None):
+                keep = held
+            elif status == 0 and split and mode == "w":
+                keep = "q"
+            if keep is not None:
+                try:
+                    self.members[i]._release(name, owner, keep, _ms(self.lease))
+                except redis.exceptions.RedisError:
+                    pass    # the member's lease frees it
+
+    def _acquire(self, name, owner, mode, lease_ms, intent_ms, held=""):
+        lease_ms = min(lease_ms, _ms(self.max_lease))
+        start = time.monotonic()
+        votes = [self._vote(i, name, owner, mode, lease_ms, intent_ms, held)
+                 for i in range(len(self.members))]
+
+        def in_time():
+            return lease_ms / 1000.0 * (1 - self.drift) - (time.monotonic() - start) - 0.002 > 0
+        granted = [i for i, v in enumerate(votes) if v[0] == 1]
+        counted = [i for i in granted if votes[i][2]]
+        conflict = next((v[1] for v in votes if v[0] == -1), None)
+        if conflict is None and len(counted) >= self.majority and in_time():
+            token = max(votes[i][1] for i in granted)
+            if mode == "r" or (self._fence(name, owner, token, votes, granted) >= self.majority
+                               and in_time()):
+                return 1, token
+        self._undo(name, owner, votes, held, bool(granted), mode)
+        if conflict is not None:
+            return -1, conflict
+        answered = sum(1 for v in votes if v[0] is not None and v[2])
+        if answered < self.majority:
+            raise redis.exceptions.ConnectionError(
+                "only %d of the %d Redis masters of the quorum answered and count "
+                "toward a majority (%d needed)" % (answered, len(votes), self.majority))
+        if granted:
+            return 0, random.randint(*SPLIT_PAUSE_MS)
+        return 0, min(v[1] for v in votes if v[0] == 0)
+
+    def _fence(self, name, owner, token, votes, granted):
+        """Raise the token on the granting members below it; how many of
+        those that count have it now."""
+        have = 0
+        for i in granted:
+            ok = votes[i][1] >= token
+            if not ok:
+                try:
+                    ok = int(self.members[i]._run(
+                        "fence", name, [PROTOCOL_VERSION, owner, str(token)])) == 1
+                except redis.exceptions.RedisError:
+                    pass
+            have += ok and votes[i][2]
+        return have
+
+    def _count(self, answers, what):
+        """1 if a majority answered 1, 0 if no majority can, else raise."""
+        yes = sum(1 for a in answers if a == 1)
+        no = sum(1 for a in answers if a == 0)
+        if yes >= self.majority:
+            return 1
+        if len(answers) - no < self.majority:
+            return 0
+        raise redis.exceptions.ConnectionError(
+            "too few of the %d Redis masters of the quorum answered the %s"
+            % (len(answers), what))
+
+    def _release(self, name, owner, keep, lease_ms=0):
+        return self._count(self._each(lambda m: m._release(name, owner, keep, lease_ms)),
+                           "release")
+
+    def _renew(self, name, owner, lease_ms):
+        lease_ms = min(lease_ms, _ms(self.max_lease))
+        return self._count(self._each(lambda m: m._renew(name, owner, lease_ms)), "renewal")
+
+    def _subscribe(self, channel):
+        subs = [ps for ps in (m._subscribe(channel) for m in self.members) if ps]
+        return _QuorumPubSub(subs) if subs else None

@@ -375,54 +375,76 @@ rw_proto_is_redirect(const char *msg)
 }
 
 /*
- * Renew n holds on one connection, pipelined, on behalf of owners[i] (NULL
- * owners: this session's; the keeper renews for others). held[i] becomes 1
- * if hold i is still its owner's (its lease now runs lease_ms[i] from now),
- * 0 if it was lost, -1 if Redis answered with an error (logged); with why,
- * -2 and the answer in why[i] if a cluster redirected it (cluster.c sends
- * it again). renew.lua only extends what the owner still holds, so a
- * renewal that crosses a release never brings the lock back. Returns
- * false, with *err, if the connection failed. Never throws.
+ * Send the renewals of n holds on one connection, pipelined, on behalf of
+ * owners[i] (NULL owners: this session's; the keeper renews for others),
+ * without reading the answers (rw_proto_renew_collect reads them; a quorum
+ * sends to all its members first). *rc keeps the calls until then. False,
+ * with *err (and *rc freed), if the connection could not be had or failed.
+ * Never throws.
  */
 bool
-rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
-			   const int *lease_ms, int n, int *held, char **why, RwError *err)
+rw_proto_renew_send(RwConn *conn, RwKeys **keys, const char *const *owners,
+					const int *lease_ms, int n, RwRenewCall *rc, RwError *err)
 {
-	RwScriptCall *calls = palloc(sizeof(RwScriptCall) * n);
-	redisReply **replies = palloc(sizeof(redisReply *) * n);
-	char	   *leases = palloc(16 * n);
-	char		keeptoken[16];
-	bool		ok;
-	int			acks;
-
-	snprintf(keeptoken, sizeof(keeptoken), "%d", RW_KEEP_TOKEN_MS);
+	rc->n = n;
+	rc->calls = palloc(sizeof(RwScriptCall) * n);
+	rc->leases = palloc(16 * n);
+	snprintf(rc->keeptoken, sizeof(rc->keeptoken), "%d", RW_KEEP_TOKEN_MS);
 	for (int i = 0; i < n; i++)
 	{
 		const char *args[4] = {RW_PROTOCOL_VERSION,
 			owners ? owners[i] : rw_owner_id(),
-		leases + 16 * i, keeptoken};
+		rc->leases + 16 * i, rc->keeptoken};
 
-		snprintf(leases + 16 * i, 16, "%d", lease_ms[i]);
-		proto_prepare(&calls[i], RW_SCRIPT_RENEW, keys[i], 4, args);
+		snprintf(rc->leases + 16 * i, 16, "%d", lease_ms[i]);
+		proto_prepare(&rc->calls[i], RW_SCRIPT_RENEW, keys[i], 4, args);
 	}
-	ok = rw_script_run_acked(conn, calls, n, replies, rw_wait_replicas, &acks, err);
-	if (ok && rw_wait_replicas > 0 && acks < rw_wait_replicas)
+	if (rw_script_send(conn, rc->calls, n, rw_wait_replicas, err))
+		return true;
+	pfree(rc->calls);
+	pfree(rc->leases);
+	return false;
+}
+
+/* A renewal too few replicas acknowledged: logged at most every 10 s. */
+static void
+proto_log_unacked(int n, int acks)
+{
+	static int64 logged_ms = 0;
+
+	/*
+	 * Not a loss: the master has the renewal. Counted as renewed, and the
+	 * next renewal asks for acknowledgements again.
+	 */
+	if (logged_ms == 0 || rw_now_ms() - logged_ms > 10000)
 	{
-		static int64 logged_ms = 0;
-
-		/*
-		 * Not a loss: the master has the renewal. Counted as renewed, and
-		 * the next renewal asks for acknowledgements again. Logged at most
-		 * every 10 s per process.
-		 */
-		if (logged_ms == 0 || rw_now_ms() - logged_ms > 10000)
-		{
-			elog(LOG, "rwlock: a renewal of %d lease(s) was acknowledged by %d of the %d replicas rwlock.wait_replicas asks for within rwlock.wait_replicas_timeout (%d ms); it counts as renewed on the master and the next renewal asks again",
-				 n, Max(acks, 0), rw_wait_replicas, rw_wait_replicas_timeout_ms);
-			logged_ms = rw_now_ms();
-		}
+		elog(LOG, "rwlock: a renewal of %d lease(s) was acknowledged by %d of the %d replicas rwlock.wait_replicas asks for within rwlock.wait_replicas_timeout (%d ms); it counts as renewed on the master and the next renewal asks again",
+			 n, Max(acks, 0), rw_wait_replicas, rw_wait_replicas_timeout_ms);
+		logged_ms = rw_now_ms();
 	}
-	for (int i = 0; ok && i < n; i++)
+}
+
+/*
+ * Read the answers to rw_proto_renew_send (and free *rc). held[i] becomes 1
+ * if hold i is still its owner's (its lease now runs lease_ms[i] from
+ * when it was sent), 0 if it was lost, -1 if Redis answered with an error
+ * (logged); with why, -2 and the answer in why[i] if a cluster redirected
+ * it (cluster.c sends it again). renew.lua only extends what the owner
+ * still holds, so a renewal that crosses a release never brings the lock
+ * back. Returns false, with *err, if the connection failed. Never throws.
+ */
+bool
+rw_proto_renew_collect(RwConn *conn, RwRenewCall *rc, int *held, char **why,
+					   RwError *err)
+{
+	redisReply **replies = palloc(sizeof(redisReply *) * rc->n);
+	int			acks;
+	bool		ok = rw_script_collect(conn, rc->calls, rc->n, replies,
+									   rw_wait_replicas, &acks, err);
+
+	if (ok && rw_wait_replicas > 0 && acks < rw_wait_replicas)
+		proto_log_unacked(rc->n, acks);
+	for (int i = 0; ok && i < rc->n; i++)
 	{
 		redisReply *r = replies[i];
 
@@ -439,10 +461,21 @@ rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
 				 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
 		freeReplyObject(r);
 	}
-	pfree(calls);
+	pfree(rc->calls);
+	pfree(rc->leases);
 	pfree(replies);
-	pfree(leases);
 	return ok;
+}
+
+/* Renew n holds on one connection: rw_proto_renew_send, then _collect. */
+bool
+rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
+			   const int *lease_ms, int n, int *held, char **why, RwError *err)
+{
+	RwRenewCall rc;
+
+	return rw_proto_renew_send(conn, keys, owners, lease_ms, n, &rc, err) &&
+		rw_proto_renew_collect(conn, &rc, held, why, err);
 }
 
 /* Owners and their ms left, from a flat [owner, ms, owner, ms...] list. */

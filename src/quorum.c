@@ -475,6 +475,18 @@ rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 }
 
 /*
+ * A member's renewal failed: noted, and the first failure (an interrupt
+ * first of all) kept in *err.
+ */
+static void
+quorum_renew_failed(RwNode *node, int m, const RwError *merr, RwError *err)
+{
+	rw_quorum_failed(node, m, merr);
+	if (err->kind == RW_OK || merr->kind == RW_ERR_INTERRUPTED)
+		*err = *merr;
+}
+
+/*
  * Renew n holds on every member of a quorum (on a plain node or a cluster:
  * rw_cluster_renew). held[i]: 1 if a majority of members renewed hold i
  * (its lease runs lease_ms[i] from when this was called), 0 if so many
@@ -490,6 +502,8 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	int		   *yes = palloc0(sizeof(int) * n);
 	int		   *no = palloc0(sizeof(int) * n);
 	int		   *one = palloc(sizeof(int) * n);
+	RwRenewCall rcs[RW_QUORUM_MAX];
+	bool		sent[RW_QUORUM_MAX];
 	int			maj;
 	bool		decided = true;
 
@@ -497,18 +511,26 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 		return rw_cluster_renew(node, keys, owners, lease_ms, n, held, err);
 	maj = rw_quorum_majority(node);
 	err->kind = RW_OK;
-	for (int m = 0; m < q->n && err->kind != RW_ERR_INTERRUPTED; m++)
+	/* Sent to all first, then each answer read (interrupted ones fail fast). */
+	for (int m = 0; m < q->n; m++)
 	{
 		RwError		merr;
 
-		if (!rw_quorum_may_ask(node, m))
+		sent[m] = rw_quorum_may_ask(node, m) &&
+			rw_proto_renew_send(&q->member[m]->cmd, keys, owners, lease_ms, n,
+								&rcs[m], &merr);
+		if (!sent[m] && rw_quorum_may_ask(node, m))
+			quorum_renew_failed(node, m, &merr, err);
+	}
+	for (int m = 0; m < q->n; m++)
+	{
+		RwError		merr;
+
+		if (!sent[m])
 			continue;
-		if (!rw_proto_renew(&q->member[m]->cmd, keys, owners, lease_ms, n,
-							one, NULL, &merr))
+		if (!rw_proto_renew_collect(&q->member[m]->cmd, &rcs[m], one, NULL, &merr))
 		{
-			rw_quorum_failed(node, m, &merr);
-			if (err->kind == RW_OK || merr.kind == RW_ERR_INTERRUPTED)
-				*err = merr;
+			quorum_renew_failed(node, m, &merr, err);
 			continue;
 		}
 		for (int i = 0; i < n; i++)

@@ -436,6 +436,20 @@ extern void rw_proto_release_append(RwConn *conn, const RwKeys *keys,
 									RwKeep keep, int lease_ms, void *tag);
 extern int	rw_proto_release_result(redisReply *r, RwError *err);
 extern bool rw_proto_is_redirect(const char *msg);
+/* Renewals sent and not yet collected (rw_proto_renew_send). */
+typedef struct RwRenewCall
+{
+	int			n;
+	RwScriptCall *calls;
+	char	   *leases;
+	char		keeptoken[16];
+} RwRenewCall;
+
+extern bool rw_proto_renew_send(RwConn *conn, RwKeys **keys,
+								const char *const *owners, const int *lease_ms,
+								int n, RwRenewCall *rc, RwError *err);
+extern bool rw_proto_renew_collect(RwConn *conn, RwRenewCall *rc, int *held,
+								   char **why, RwError *err);
 extern bool rw_proto_renew(RwConn *conn, RwKeys **keys,
 						   const char *const *owners, const int *lease_ms,
 						   int n, int *held, char **why, RwError *err);

@@ -5,8 +5,8 @@
 # single masters give no grant without a majority; two sessions contending
 # for a lock lose no update; the keeper renews quorum holds past several
 # leases; a hold a majority lost is reported lost; fencing tokens strictly
-# increase when one master's token field is far ahead (a fast clock) and
-# that master then dies; a master restarted empty does not count until it
+# increase when one master's token field is far ahead (a fast clock), when
+# that master then dies, and when it comes back empty; a master restarted empty does not count until it
 # has been up for rwlock.quorum_max_lease.
 use strict;
 use warnings FATAL => 'all';
@@ -235,7 +235,17 @@ is(quorum_field($_, $prefix, 't', 'f'), $tok1, "raised on master $_")
 sq($a, "SELECT redis_unlock('t')");
 redis_stop($r[0]);
 ($out, $err) = sq($b, "SELECT redis_wlock('t')");
-ok($out > $tok1, 'without that master, the next token is larger still') or diag $err;
+my $tok2 = $out;
+ok($tok2 > $tok1, 'without that master, the next token is larger still') or diag $err;
 sq($b, "SELECT redis_unlock('t')");
+
+# It comes back empty (its far-ahead token forgotten): once it counts again,
+# tokens still increase, and it is raised to them.
+redis_start($r[0]);
+sleep $max_lease + 1.5;
+($out, $err) = sq($a, "SELECT redis_wlock('t')");
+ok($out > $tok2, 'with that master back empty, the next token is larger still') or diag $err;
+is(quorum_field($r[0], $prefix, 't', 'f'), $out, 'and that master has it');
+sq($a, "SELECT redis_unlock('t')");
 
 done_testing();

@@ -18,7 +18,7 @@
  *	  holds.c      the session's table of holds, what the keeper is shown,
  *	               warnings kept for a safe moment
  *	  route.c      which node serves a lock: the one URL, a server, a
- *	               Sentinel-monitored service or a Redis Cluster
+ *	               Sentinel-monitored service, a Redis Cluster or a quorum
  *	  keeper.c     the background worker and its shared table; redis_locks
  *	  quorum.c     quorum mode (experimental): several independent masters
  *	               in rwlock.redis_url; one plain node per URL under the

@@ -1,13 +1,15 @@
 # Quorum mode (experimental): rwlock.redis_url lists three independent Redis
 # masters. Exclusion and sharing between sessions, each hold on every master;
 # a lock is granted with one master stopped (SIGSTOP) or killed, and refused
-# (class 08, nothing left behind) with two down; votes split by holders on
-# single masters give no grant without a majority; two sessions contending
-# for a lock lose no update; the keeper renews quorum holds past several
-# leases; a hold a majority lost is reported lost; fencing tokens strictly
-# increase when one master's token field is far ahead (a fast clock), when
-# that master then dies, and when it comes back empty; a master restarted empty does not count until it
-# has been up for rwlock.quorum_max_lease.
+# (class 08, nothing left behind) with two down; masters restarted empty do
+# not count until up for rwlock.quorum_max_lease; votes split by holders on
+# single masters give no grant without a majority; three sessions contending
+# for a lock, a master killed meanwhile, lose no update and do not livelock;
+# an upgrade conflict on any master is a 40P01; the keeper renews quorum
+# holds past several leases; a hold a majority lost is reported lost; the
+# Python QuorumClient shares the locks; fencing tokens strictly increase when
+# one master's token field is far ahead (a fast clock), when that master
+# then dies, and when it comes back empty.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -168,6 +170,25 @@ sq($b, "SELECT redis_unlock_all()");
 ($out, $err) = sq_wait($a, 10);
 is($out, 't', 'the other upgrade goes through') or diag $err;
 sq($a, "SELECT redis_unlock_all()");
+
+# ... and when the other upgrading reader is on one master only (put there
+# by hand): the upgrade granted on the others is undone, the read lock kept.
+sq($a, "SELECT redis_rlock('uc')");
+my ($now_s) = split /\n/, redis_cli($r[0], 'TIME');
+my $until = ($now_s + 30) * 1000;
+redis_cli($r[0], 'HSET', "$prefix:{uc}", 'r:hand-u', $until, 'n', '2', 'u', 'hand-u',
+	'i:hand-u', $until, 'qe', $until, 'z', $until);
+redis_cli($r[0], 'ZADD', "$prefix:{uc}:q", '1', 'hand-u');
+($out, $err) = sq($a, "SET lock_timeout = '5s'; SELECT redis_wlock('uc')");
+is(sqlstate($err), '40P01', 'another reader upgrading on one master only: 40P01');
+sq($a, "RESET lock_timeout");
+ok(defined wait_until(sub {
+	!grep { redis_mode_of($_, $prefix, 'uc', $owner_a) ne 'read' } @r }, 5),
+	'the session still reads on every master, and writes on none');
+($out) = sq($a, "SELECT mode FROM redis_held_locks WHERE name = 'uc'");
+is($out, 'read', 'and holds the read lock');
+sq($a, "SELECT redis_unlock_all()");
+redis_cli($r[0], 'DEL', "$prefix:{uc}", "$prefix:{uc}:q");
 
 # --- The keeper renews quorum holds past several leases.
 ok(keeper_pid($node) ne '', 'the keeper runs');

@@ -19,37 +19,7 @@
 # Settings (environment): BENCH_SECONDS (default 3), BENCH_REPS (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. tools/redis.sh
-BENCH=$PWD/bench
-T=${BENCH_SECONDS:-3}
-REPS=${BENCH_REPS:-3}
-PGBIN=$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)
-export PATH=$PGBIN:$PATH
-log() { printf '%s\n' "$*" >&2; }
-port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q . ; }
-free_port() {
-  local p=$1
-  while port_busy "$p" || port_busy $((p + 10000)); do p=$((p + 1)); done
-  echo "$p"
-}
-
-make -s >/dev/null
-WORK=$(mktemp -d /tmp/rwlock-bench-cluster.XXXXXX)
-chmod 755 "$WORK"
-mkdir -p "$WORK/lib"
-cp rwlock.so "$WORK/lib/rwlock.so"
-sed -e "s|MODULE_PATHNAME|$WORK/lib/rwlock.so|" -e '/^\\echo/d' rwlock--1.0.sql >"$WORK/lib/rwlock.sql"
-RUNAS=()
-[ "$(id -u)" = 0 ] && RUNAS=(runuser -u postgres --)
-PGUSER_NAME=$([ "$(id -u)" = 0 ] && echo postgres || id -un)
-PORTS=()
-cleanup() {
-  set +e
-  for p in "${PORTS[@]}"; do redis_stop "$p"; done
-  [ -f "$WORK/pg/postmaster.pid" ] && "${RUNAS[@]}" pg_ctl -D "$WORK/pg" -m immediate stop >/dev/null 2>&1
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+. bench/lib.sh
 
 # ---- servers ----------------------------------------------------------------
 SINGLE=$(free_port 7501)
@@ -75,36 +45,11 @@ done
 CLUSTER_URL="redis+cluster://$(printf '127.0.0.1:%s,' "${CPORTS[@]}" | sed 's/,$//')/"
 log "== single Redis on $SINGLE; cluster on ${CPORTS[*]}"
 
-PGPORT=$(free_port 5601)
-mkdir -p "$WORK/pg"
-[ "$(id -u)" = 0 ] && chown postgres "$WORK" "$WORK/pg"
-"${RUNAS[@]}" initdb -D "$WORK/pg" -A trust -U "$PGUSER_NAME" --no-sync >/dev/null
-cat >>"$WORK/pg/postgresql.conf" <<EOF
-port = $PGPORT
-listen_addresses = ''
-unix_socket_directories = '$WORK'
-max_connections = 50
-fsync = off
-synchronous_commit = off
-log_min_messages = warning
-rwlock.key_prefix = 'bench'
-EOF
-"${RUNAS[@]}" pg_ctl -D "$WORK/pg" -l "$WORK/pg.log" -w start >/dev/null
-export PGHOST=$WORK PGPORT PGUSER=$PGUSER_NAME PGDATABASE=postgres
-psql -qX -v ON_ERROR_STOP=1 -f "$WORK/lib/rwlock.sql" >/dev/null
+bench_pg_start 5601
 
 # ---- measurements --------------------------------------------------------------
-RAW=$WORK/raw.tsv
-: >"$RAW"
-# run <key> <url> <clients>: pgbench of b_session.sql; records tps and latency.
-run() {
-  local key=$1 url=$2 clients=$3 jobs=1 out
-  [ "$clients" -gt 1 ] && jobs=2
-  out=$(PGOPTIONS="-c rwlock.redis_url=$url" pgbench -n -M prepared -T "$T" \
-    -c "$clients" -j "$jobs" -f "$BENCH/sql/b_session.sql" 2>&1) || { log "$out"; exit 1; }
-  printf '%s_tps\t%s\n%s_lat\t%s\n' "$key" "$(awk '/^tps = /{print $3}' <<<"$out" | tail -1)" \
-    "$key" "$(awk '/^latency average = /{print $4}' <<<"$out")" >>"$RAW"
-}
+# run <key> <url> <clients>: pgbench of b_session.sql with that URL.
+run() { PGOPTIONS="-c rwlock.redis_url=$2" bench_pgbench "$1" "$3"; }
 SINGLE_URL="redis://127.0.0.1:$SINGLE/0"
 run warm "$CLUSTER_URL" 2
 run warm "$SINGLE_URL" 2

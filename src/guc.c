@@ -31,6 +31,8 @@
 char	   *rw_redis_url = NULL;
 char	   *rw_key_prefix = NULL;
 int			rw_lease_ms = 30000;
+double		rw_quorum_drift = 0.01;
+int			rw_quorum_max_lease_ms = 60000;
 int			rw_connect_timeout_ms = 5000;
 int			rw_command_timeout_ms = 2000;
 char	   *rw_password_file = NULL;
@@ -64,7 +66,7 @@ check_redis_url(char **newval, void **extra, GucSource source)
 	if (!rw_check_url(*newval, &why))
 	{
 		GUC_check_errdetail("%s", why);
-		GUC_check_errhint("Use redis://[user[:password]@]host[:port][/db], rediss://... for TLS, unix:///path/to.sock[?db=N], redis+sentinel://host1:port1[,host2:port2...]/master-name[/db], or redis+cluster://host1:port1[,host2:port2...]/.");
+		GUC_check_errhint("Use redis://[user[:password]@]host[:port][/db], rediss://... for TLS, unix:///path/to.sock[?db=N], redis+sentinel://host1:port1[,host2:port2...]/master-name[/db], redis+cluster://host1:port1[,host2:port2...]/, or 3, 5, ... URLs separated by spaces (quorum mode).");
 		return false;
 	}
 	return true;
@@ -323,6 +325,28 @@ rw_define_gucs(void)
 							&rw_wait_replicas_timeout_ms,
 							100, 1, 60000,
 							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomRealVariable("rwlock.quorum_drift",
+							 "Quorum mode: the clock drift allowed for, as a fraction of the lease.",
+							 "A grant counts only if a majority granted it within the lease less "
+							 "the time spent and this margin (Redlock's drift factor).",
+							 &rw_quorum_drift,
+							 0.01, 0.0, 0.5,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rwlock.quorum_max_lease",
+							"Quorum mode: the longest lease; a Redis that restarted is not counted for this long.",
+							"rwlock.lease is capped at this in quorum mode. A node whose uptime is "
+							"shorter (it may have restarted empty while it held locks) does not count "
+							"toward a majority until it has been up this long, unless it persists every "
+							"write (appendonly yes, appendfsync always).",
+							&rw_quorum_max_lease_ms,
+							60000, 1000, 86400000,
+							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

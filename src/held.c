@@ -188,6 +188,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		RwError		err;
 		int64		tok;
 		int64		started;
+		int64		since;
 
 		h = rw_holds_enter(name, node);
 		held_reserve_xact();
@@ -207,7 +208,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		rw_release_send_owed(node);
 		if (!rw_wait_acquire(node, &h->keys, name, want, h->redis_mode,
 							 is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1),
-							 !is_try, &tok))
+							 !is_try, &tok, &since))
 		{
 			rw_holds_sweep();
 			rw_wait_done();
@@ -215,7 +216,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 			return false;
 		}
 		/* Granted: from here to the record, nothing may throw. */
-		rw_holds_granted(h, want, tok);
+		rw_holds_granted(h, want, tok, since);
 		rw_renew_scheduled(h->renewed_ms, h->lease_ms);
 	}
 	held_push(h, mode, level);

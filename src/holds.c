@@ -183,12 +183,13 @@ rw_wanted_mode(RwHeld *h)
 /* ---- the keeper's view of this session's holds (keeper.c) ---- */
 
 /*
- * Record a grant by Redis: the mode Redis now has, the token, a fresh lease,
+ * Record a grant by Redis: the mode Redis now has, the token, a lease that
+ * started at `since` (when the try that got it was sent),
  * and the keeper's copy. Allocates nothing and never throws; a full keeper
  * table is noted for later. (The caller schedules the lease's renewal.)
  */
 void
-rw_holds_granted(RwHeld *h, RwMode mode, int64 token)
+rw_holds_granted(RwHeld *h, RwMode mode, int64 token, int64 since)
 {
 	bool		full = false;
 
@@ -196,8 +197,8 @@ rw_holds_granted(RwHeld *h, RwMode mode, int64 token)
 		h->acquired = GetCurrentTimestamp();
 	h->redis_mode = mode;
 	h->token = token;
-	h->renewed_ms = rw_now_ms();
-	h->lease_ms = rw_lease_ms;
+	h->renewed_ms = since;		/* the lease runs from no later than then */
+	h->lease_ms = rw_quorum_lease(h->node);
 	h->lost = false;
 	h->slot = rw_keeper_publish(h->slot, h->name, h->node->ep.url,
 								h->keys.key[0], rw_owner_id(), h->token,

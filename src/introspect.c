@@ -50,13 +50,23 @@ introspect_interval(int64 ms)
  * intents hold new readers back; lease_left the longest lease among the
  * holders (how long until the lock frees itself if they all vanish).
  */
-/* Ask the node that serves the lock, following a cluster's redirections. */
+/*
+ * Ask the node that serves the lock, following a cluster's redirections;
+ * in quorum mode, the first member that answers (in the URL's order).
+ */
 static void
 introspect_ask(RwNode *node, const RwKeys *keys, RwLockInfo *info)
 {
 	int64		started = rw_now_ms();
 	RwError		err;
 
+	for (int i = 0; i < rw_quorum_size(node); i++)
+	{
+		if (rw_proto_info(&rw_quorum_member(node, i)->cmd, keys, info, &err))
+			return;
+		if (err.kind == RW_ERR_INTERRUPTED || i == rw_quorum_size(node) - 1)
+			rw_raise(&node->cmd, &err);
+	}
 	while (!rw_proto_info(rw_cluster_cmd(node, keys), keys, info, &err))
 	{
 		if (!rw_cluster_redirected(node, &err, started))
@@ -180,7 +190,8 @@ introspect_cluster_rows(ReturnSetInfo *rsinfo, RwNode *n, bool current,
  * one rwlock.redis_url names (current) and any older one that still has
  * holds; for a Redis Cluster, a row per node of it that its slot map
  * names (holds: those in its slots; subscriber: the node the waiters'
- * connection is on). It does not connect; a connection that is open is
+ * connection is on); for a quorum, a row per member (holds: all the
+ * quorum's, each held on a majority of them). It does not connect; a connection that is open is
  * pinged, so rtt_ms is a fresh round trip. The URL is shown (without its
  * password) only to roles that may read rwlock.redis_url.
  */
@@ -201,6 +212,13 @@ redis_connection_info(PG_FUNCTION_ARGS)
 	{
 		if (rw_cluster_members(n) != NULL)
 			introspect_cluster_rows(rsinfo, n, n == current, may_see_url);
+		else if (rw_quorum_size(n) > 0)
+		{
+			/* Every hold of a quorum lives on each of its members. */
+			for (RwNode *m = rw_node_members(n); m != NULL; m = m->next)
+				introspect_row(rsinfo, m, n == current, m->sub.ctx != NULL,
+							   n->nholds, may_see_url);
+		}
 		else
 			introspect_row(rsinfo, n, n == current, n->sub.ctx != NULL,
 						   n->nholds, may_see_url);

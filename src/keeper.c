@@ -400,6 +400,7 @@ knode_get(const char *url)
 	rw_sentinel_attach(&k->node.ep);
 	k->node.cmd.node = &k->node;
 	rw_cluster_attach(&k->node);
+	rw_quorum_attach(&k->node);
 	k->seen = rw_now_ms();
 	k->next = knodes;
 	knodes = k;
@@ -421,6 +422,7 @@ knodes_tidy(int64 now)
 		{
 			rw_conn_close(&k->node.cmd);
 			rw_cluster_detach(&k->node);
+			rw_quorum_detach(&k->node);
 			*link = k->next;
 			pfree(k);
 		}
@@ -471,7 +473,7 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 		owners[i] = work[i].owner;
 		leases[i] = work[i].lease_ms;
 	}
-	if (!rw_cluster_renew(&k->node, keys, owners, leases, n, held, &err))
+	if (!rw_quorum_renew(&k->node, keys, owners, leases, n, held, &err))
 	{
 		if (!k->failing)
 			ereport(LOG,

@@ -156,50 +156,53 @@ proto_run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
 }
 
 /*
- * Try once to take the lock in `mode`, the session holding `held_mode` of it
- * (RW_READ: an upgrade). RW_GRANTED: *result is the fencing token.
- * RW_BUSY: *result is the longest to sleep before trying again, ms.
- * RW_UPGRADE_CONFLICT: *other is the reader that already waits to upgrade.
- * RW_GRANTED_UNACKED: granted (*result is the token), but with
- * rwlock.wait_replicas > 0 only *acks replicas acknowledged it (the WAIT
- * pipelined after the script): the caller must undo it.
- * RW_ACQ_FAILED: *err says why; err->maybe_sent whether the script may
- * have run (and granted) all the same. Never throws.
+ * Send one try to take the lock in `mode`, the session holding `held_mode`
+ * of it (RW_READ: an upgrade), without reading the answer
+ * (rw_proto_acquire_collect reads it). *c keeps the call's arguments until
+ * then. False, with *err, if the connection could not be had or failed.
+ * Never throws.
  */
-RwAcquireStatus
-rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
-				 RwMode held_mode, int lease_ms, int intent_ms, int64 *result,
-				 char **other, int *acks, RwError *err)
+bool
+rw_proto_acquire_send(RwConn *conn, const RwKeys *keys, RwMode mode,
+					  RwMode held_mode, int lease_ms, int intent_ms,
+					  RwAcquireCall *c, RwError *err)
 {
-	char		lease[16],
-				intent[16],
-				keep[16];
-
 	/*
 	 * What the session holds goes with it: a reader field of ours that Redis
 	 * has and we do not hold (a release lost in a failover) is then dropped,
 	 * not taken for an upgrade.
 	 */
 	const char *args[7] = {RW_PROTOCOL_VERSION, rw_owner_id(),
-		proto_mode_arg(mode), lease, intent, keep,
+		proto_mode_arg(mode), c->lease, c->intent, c->keep,
 	held_mode == RW_READ ? "r" : "-"};
+
+	snprintf(c->lease, sizeof(c->lease), "%d", lease_ms);
+	snprintf(c->intent, sizeof(c->intent), "%d", intent_ms);
+	snprintf(c->keep, sizeof(c->keep), "%d", RW_KEEP_TOKEN_MS);
+	proto_prepare(&c->call, RW_SCRIPT_ACQUIRE, keys, 7, args);
+	/* WAIT, if asked for, follows the script in the same round trip. */
+	return rw_script_send(conn, &c->call, 1, rw_wait_replicas, err);
+}
+
+/*
+ * Read the answer to rw_proto_acquire_send. RW_GRANTED: *result is the
+ * fencing token. RW_BUSY: *result is the longest to sleep before trying
+ * again, ms. RW_UPGRADE_CONFLICT: *other is the reader that already waits
+ * to upgrade. RW_GRANTED_UNACKED: granted (*result is the token), but with
+ * rwlock.wait_replicas > 0 only *acks replicas acknowledged it (the WAIT
+ * pipelined after the script): the caller must undo it. RW_ACQ_FAILED:
+ * *err says why; err->maybe_sent whether the script may have run (and
+ * granted) all the same. Never throws.
+ */
+RwAcquireStatus
+rw_proto_acquire_collect(RwConn *conn, RwAcquireCall *c, int64 *result,
+						 char **other, int *acks, RwError *err)
+{
 	redisReply *r;
 	int64		value;
 
-	snprintf(lease, sizeof(lease), "%d", lease_ms);
-	snprintf(intent, sizeof(intent), "%d", intent_ms);
-	snprintf(keep, sizeof(keep), "%d", RW_KEEP_TOKEN_MS);
 	*acks = -1;
-	if (rw_wait_replicas > 0)
-	{
-		RwScriptCall call;
-
-		/* WAIT follows the script in the same round trip. */
-		proto_prepare(&call, RW_SCRIPT_ACQUIRE, keys, 7, args);
-		if (!rw_script_run_acked(conn, &call, 1, &r, rw_wait_replicas, acks, err))
-			return RW_ACQ_FAILED;
-	}
-	else if ((r = proto_run_one(conn, RW_SCRIPT_ACQUIRE, 7, args, keys, err)) == NULL)
+	if (!rw_script_collect(conn, &c->call, 1, &r, rw_wait_replicas, acks, err))
 		return RW_ACQ_FAILED;
 
 	/*
@@ -230,6 +233,53 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
 	return value >= 0 ? RW_GRANTED : RW_BUSY;
 }
 
+/* Try once to take the lock: rw_proto_acquire_send, then _collect. */
+RwAcquireStatus
+rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
+				 RwMode held_mode, int lease_ms, int intent_ms, int64 *result,
+				 char **other, int *acks, RwError *err)
+{
+	RwAcquireCall c;
+
+	*acks = -1;
+	if (!rw_proto_acquire_send(conn, keys, mode, held_mode, lease_ms,
+							   intent_ms, &c, err))
+		return RW_ACQ_FAILED;
+	return rw_proto_acquire_collect(conn, &c, result, other, acks, err);
+}
+
+/*
+ * Raise the last write token of a lock this session holds for writing to
+ * at least `token` (quorum.c, after a majority granted it), without
+ * reading the answer (rw_proto_fence_collect). *c keeps the arguments.
+ */
+bool
+rw_proto_fence_send(RwConn *conn, const RwKeys *keys, int64 token,
+					RwAcquireCall *c, RwError *err)
+{
+	const char *args[3] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->lease};
+
+	snprintf(c->lease, sizeof(c->lease), INT64_FORMAT, token);
+	rw_script_prepare(&c->call, RW_SCRIPT_FENCE, 1,
+					  (const char *const *) keys->key, keys->len, 3, args);
+	return rw_script_send(conn, &c->call, 1, 0, err);
+}
+
+/*
+ * Read the answer to rw_proto_fence_send or rw_proto_release_send: 1 if the
+ * owner still held the lock there (a fence: its token is raised), 0 if not,
+ * -1 if Redis could not be asked or refused (*err). Never throws.
+ */
+int
+rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err)
+{
+	redisReply *r;
+
+	if (!rw_script_collect(conn, &c->call, 1, &r, 0, NULL, err))
+		return -1;
+	return rw_proto_release_result(r, err);
+}
+
 /* The arguments of release.lua after its keys; bufs must outlive args. */
 static void
 proto_release_args(RwKeep keep, int lease_ms, const char **args,
@@ -255,16 +305,27 @@ int
 rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep, int lease_ms,
 				 RwError *err)
 {
-	char		lease[16],
-				keeptoken[16];
-	const char *args[5];
-	redisReply *r;
+	RwAcquireCall c;
 
-	proto_release_args(keep, lease_ms, args, lease, keeptoken);
-	r = proto_run_one(conn, RW_SCRIPT_RELEASE, 5, args, keys, err);
-	if (r == NULL)
+	if (!rw_proto_release_send(conn, keys, keep, lease_ms, &c, err))
 		return -1;
-	return rw_proto_release_result(r, err);
+	return rw_proto_collect_held(conn, &c, err);
+}
+
+/*
+ * The same release, sent without reading the answer (a quorum sends it to
+ * all its members first): rw_proto_collect_held reads it. *c keeps the
+ * arguments until then.
+ */
+bool
+rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwKeep keep,
+					  int lease_ms, RwAcquireCall *c, RwError *err)
+{
+	const char *args[5];
+
+	proto_release_args(keep, lease_ms, args, c->lease, c->keep);
+	proto_prepare(&c->call, RW_SCRIPT_RELEASE, keys, 5, args);
+	return rw_script_send(conn, &c->call, 1, 0, err);
 }
 
 /*
@@ -314,54 +375,76 @@ rw_proto_is_redirect(const char *msg)
 }
 
 /*
- * Renew n holds on one connection, pipelined, on behalf of owners[i] (NULL
- * owners: this session's; the keeper renews for others). held[i] becomes 1
- * if hold i is still its owner's (its lease now runs lease_ms[i] from now),
- * 0 if it was lost, -1 if Redis answered with an error (logged); with why,
- * -2 and the answer in why[i] if a cluster redirected it (cluster.c sends
- * it again). renew.lua only extends what the owner still holds, so a
- * renewal that crosses a release never brings the lock back. Returns
- * false, with *err, if the connection failed. Never throws.
+ * Send the renewals of n holds on one connection, pipelined, on behalf of
+ * owners[i] (NULL owners: this session's; the keeper renews for others),
+ * without reading the answers (rw_proto_renew_collect reads them; a quorum
+ * sends to all its members first). *rc keeps the calls until then. False,
+ * with *err (and *rc freed), if the connection could not be had or failed.
+ * Never throws.
  */
 bool
-rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
-			   const int *lease_ms, int n, int *held, char **why, RwError *err)
+rw_proto_renew_send(RwConn *conn, RwKeys **keys, const char *const *owners,
+					const int *lease_ms, int n, RwRenewCall *rc, RwError *err)
 {
-	RwScriptCall *calls = palloc(sizeof(RwScriptCall) * n);
-	redisReply **replies = palloc(sizeof(redisReply *) * n);
-	char	   *leases = palloc(16 * n);
-	char		keeptoken[16];
-	bool		ok;
-	int			acks;
-
-	snprintf(keeptoken, sizeof(keeptoken), "%d", RW_KEEP_TOKEN_MS);
+	rc->n = n;
+	rc->calls = palloc(sizeof(RwScriptCall) * n);
+	rc->leases = palloc(16 * n);
+	snprintf(rc->keeptoken, sizeof(rc->keeptoken), "%d", RW_KEEP_TOKEN_MS);
 	for (int i = 0; i < n; i++)
 	{
 		const char *args[4] = {RW_PROTOCOL_VERSION,
 			owners ? owners[i] : rw_owner_id(),
-		leases + 16 * i, keeptoken};
+		rc->leases + 16 * i, rc->keeptoken};
 
-		snprintf(leases + 16 * i, 16, "%d", lease_ms[i]);
-		proto_prepare(&calls[i], RW_SCRIPT_RENEW, keys[i], 4, args);
+		snprintf(rc->leases + 16 * i, 16, "%d", lease_ms[i]);
+		proto_prepare(&rc->calls[i], RW_SCRIPT_RENEW, keys[i], 4, args);
 	}
-	ok = rw_script_run_acked(conn, calls, n, replies, rw_wait_replicas, &acks, err);
-	if (ok && rw_wait_replicas > 0 && acks < rw_wait_replicas)
+	if (rw_script_send(conn, rc->calls, n, rw_wait_replicas, err))
+		return true;
+	pfree(rc->calls);
+	pfree(rc->leases);
+	return false;
+}
+
+/* A renewal too few replicas acknowledged: logged at most every 10 s. */
+static void
+proto_log_unacked(int n, int acks)
+{
+	static int64 logged_ms = 0;
+
+	/*
+	 * Not a loss: the master has the renewal. Counted as renewed, and the
+	 * next renewal asks for acknowledgements again.
+	 */
+	if (logged_ms == 0 || rw_now_ms() - logged_ms > 10000)
 	{
-		static int64 logged_ms = 0;
-
-		/*
-		 * Not a loss: the master has the renewal. Counted as renewed, and
-		 * the next renewal asks for acknowledgements again. Logged at most
-		 * every 10 s per process.
-		 */
-		if (logged_ms == 0 || rw_now_ms() - logged_ms > 10000)
-		{
-			elog(LOG, "rwlock: a renewal of %d lease(s) was acknowledged by %d of the %d replicas rwlock.wait_replicas asks for within rwlock.wait_replicas_timeout (%d ms); it counts as renewed on the master and the next renewal asks again",
-				 n, Max(acks, 0), rw_wait_replicas, rw_wait_replicas_timeout_ms);
-			logged_ms = rw_now_ms();
-		}
+		elog(LOG, "rwlock: a renewal of %d lease(s) was acknowledged by %d of the %d replicas rwlock.wait_replicas asks for within rwlock.wait_replicas_timeout (%d ms); it counts as renewed on the master and the next renewal asks again",
+			 n, Max(acks, 0), rw_wait_replicas, rw_wait_replicas_timeout_ms);
+		logged_ms = rw_now_ms();
 	}
-	for (int i = 0; ok && i < n; i++)
+}
+
+/*
+ * Read the answers to rw_proto_renew_send (and free *rc). held[i] becomes 1
+ * if hold i is still its owner's (its lease now runs lease_ms[i] from
+ * when it was sent), 0 if it was lost, -1 if Redis answered with an error
+ * (logged); with why, -2 and the answer in why[i] if a cluster redirected
+ * it (cluster.c sends it again). renew.lua only extends what the owner
+ * still holds, so a renewal that crosses a release never brings the lock
+ * back. Returns false, with *err, if the connection failed. Never throws.
+ */
+bool
+rw_proto_renew_collect(RwConn *conn, RwRenewCall *rc, int *held, char **why,
+					   RwError *err)
+{
+	redisReply **replies = palloc(sizeof(redisReply *) * rc->n);
+	int			acks;
+	bool		ok = rw_script_collect(conn, rc->calls, rc->n, replies,
+									   rw_wait_replicas, &acks, err);
+
+	if (ok && rw_wait_replicas > 0 && acks < rw_wait_replicas)
+		proto_log_unacked(rc->n, acks);
+	for (int i = 0; ok && i < rc->n; i++)
 	{
 		redisReply *r = replies[i];
 
@@ -378,10 +461,21 @@ rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
 				 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
 		freeReplyObject(r);
 	}
-	pfree(calls);
+	pfree(rc->calls);
+	pfree(rc->leases);
 	pfree(replies);
-	pfree(leases);
 	return ok;
+}
+
+/* Renew n holds on one connection: rw_proto_renew_send, then _collect. */
+bool
+rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
+			   const int *lease_ms, int n, int *held, char **why, RwError *err)
+{
+	RwRenewCall rc;
+
+	return rw_proto_renew_send(conn, keys, owners, lease_ms, n, &rc, err) &&
+		rw_proto_renew_collect(conn, &rc, held, why, err);
 }
 
 /* Owners and their ms left, from a flat [owner, ms, owner, ms...] list. */

@@ -190,6 +190,57 @@ rw_conn_wait_readable(RwConn *conn, long timeout_ms)
 	return conn_wait(conn, events, deadline, true) > 0;
 }
 
+/*
+ * As rw_conn_wait_readable, for several open connections at once (a
+ * quorum's subscribers): true when any has something to read. A wait set
+ * is made for the wait: a lock wait is long next to its cost.
+ */
+bool
+rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms)
+{
+	int64		deadline = timeout_ms < 0 ? conn_cap : conn_deadline(timeout_ms);
+	WaitEventSet *wes = CreateWaitEventSet(CurrentMemoryContext, n + 2);
+	WaitEvent	ev;
+	bool		ready = false;
+
+	AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(wes, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (int i = 0; i < n; i++)
+	{
+		ready |= conns[i]->tls != NULL && rw_tls_pending(conns[i]->tls);
+		AddWaitEventToSet(wes, conns[i]->tls ?
+						  rw_tls_wait_events(conns[i]->tls, WL_SOCKET_READABLE) :
+						  WL_SOCKET_READABLE, conns[i]->ctx->fd, NULL, NULL);
+	}
+	/* The set's epoll descriptor must not leak when an interrupt throws. */
+	PG_TRY();
+	{
+		while (!ready)
+		{
+			int64		left = deadline - rw_now_ms();
+
+			CHECK_FOR_INTERRUPTS();
+			if (left <= 0)
+				break;
+			if (WaitEventSetWait(wes, deadline == CONN_NO_DEADLINE ? -1 : (long) Min(left, INT_MAX),
+								 &ev, 1, PG_WAIT_EXTENSION) == 0)
+				continue;
+			if (ev.events & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			else if (ev.events & WL_POSTMASTER_DEATH)
+				proc_exit(1);
+			else
+				ready = true;
+		}
+	}
+	PG_FINALLY();
+	{
+		FreeWaitEventSet(wes);
+	}
+	PG_END_TRY();
+	return ready;
+}
+
 /* ---------------------------------------------------------------------
  * Replies owed to tagged commands
  * --------------------------------------------------------------------- */
@@ -440,6 +491,7 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 		return false;
 	}
 	conn->ctx = redisConnectFd(fd);
+	conn->opens++;
 	if (conn->ctx == NULL)
 	{
 		close(fd);
@@ -650,6 +702,12 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
 
+	if (ep->nquorum > 0)
+	{
+		/* Its members connect (quorum.c); a quorum has no address. */
+		set_error(err, RW_ERR_CONNECT, "a quorum's own node has no connection");
+		return false;
+	}
 	if (!ep->sentinel && !ep->cluster)
 		return conn_connect_once(conn, deadline, err);
 	for (;;)

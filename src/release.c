@@ -28,6 +28,13 @@
  * script cache cannot make them fail, so the lock is free as soon as Redis
  * reads them, whether or not the session ever makes another call.
  *
+ * In quorum mode (quorum.c) the rule holds per member: a record belongs to
+ * the logical node and to one member (ix), and goes on that member's
+ * connection; a release of a hold goes to every member, one record each.
+ * A member that answers that the hold was gone there is no loss by itself:
+ * a hold is lost when too few members still have it, which rw_release_now
+ * and the renewals count.
+ *
  * Reports (a hold found lost, a refused release) are noted, never raised
  * here: this file runs from commit and exit callbacks and between Redis's
  * answers and the records of them.
@@ -41,18 +48,22 @@
 typedef struct RwOwed
 {
 	RwNode	   *node;
+	int			ix;				/* a quorum's member, or -1 */
 	char	   *name;
 	RwKeys		keys;
 	RwKeep		keep;
 	int			lease_ms;		/* of a kept read lock */
 	bool		sent;			/* on conn, answer not read yet */
-	RwConn	   *conn;			/* node->cmd, or a cluster member's */
+	RwConn	   *conn;			/* node->cmd, or a cluster's or quorum's
+								 * member's */
 	bool		warn_if_lost;	/* a hold the session believed held */
 	struct RwOwed *next;
 } RwOwed;
 
 static RwOwed *owed_head = NULL;	/* oldest first */
 static bool release_unflushed = false;	/* rw_release_later queued output */
+
+static bool release_settle(RwNode *node, int ix, const char *name, RwError *err);
 
 static void
 release_drop(RwOwed *rec)
@@ -70,8 +81,34 @@ release_drop(RwOwed *rec)
 	rw_node_forget_if_unused(node);
 }
 
+/*
+ * The targets of a release on a node: every member of a quorum (their
+ * indexes), else the node itself (-1). Returns how many.
+ */
+static int
+release_targets(RwNode *node, int *ix)
+{
+	int			n = rw_quorum_size(node);
+
+	ix[0] = -1;
+	for (int i = 0; i < n; i++)
+		ix[i] = i;
+	return Max(n, 1);
+}
+
+/*
+ * The connection that serves a record's name now: a quorum member's, or
+ * rw_cluster_cmd's (the node's, or in a cluster the member's that serves
+ * the name's slot).
+ */
+static RwConn *
+release_conn(RwNode *node, int ix, const RwKeys *keys)
+{
+	return ix >= 0 ? &rw_quorum_member(node, ix)->cmd : rw_cluster_cmd(node, keys);
+}
+
 static RwOwed *
-release_record(RwNode *node, const char *name, const RwKeys *keys,
+release_record(RwNode *node, int ix, const char *name, const RwKeys *keys,
 			   RwKeep keep, int lease_ms, bool warn_if_lost)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
@@ -79,6 +116,7 @@ release_record(RwNode *node, const char *name, const RwKeys *keys,
 	RwOwed	  **link = &owed_head;
 
 	rec->node = node;
+	rec->ix = ix;
 	rec->name = pstrdup(name);
 	rw_copy_keys(keys, &rec->keys, TopMemoryContext);
 	rec->keep = keep;
@@ -92,30 +130,25 @@ release_record(RwNode *node, const char *name, const RwKeys *keys,
 	return rec;
 }
 
-/* The unsent record of a name on a node, if any. */
+/* The unsent record of a name on a node (a member: ix), if any. */
 static RwOwed *
-release_find_unsent(RwNode *node, const char *name)
+release_find_unsent(RwNode *node, int ix, const char *name)
 {
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
-		if (rec->node == node && !rec->sent && strcmp(rec->name, name) == 0)
+		if (rec->node == node && rec->ix == ix && !rec->sent &&
+			strcmp(rec->name, name) == 0)
 			return rec;
 	return NULL;
 }
 
-/*
- * Owe a release that must be sent again: it failed, or a command that may
- * have granted the lock was cut off. One unsent record per name: the one
- * that lets go of more wins (nothing kept < a read lock kept < only the
- * intent withdrawn).
- */
-void
-rw_release_owe(RwNode *node, const char *name, const RwKeys *keys,
-			   RwKeep keep, int lease_ms)
+static void
+release_owe_one(RwNode *node, int ix, const char *name, const RwKeys *keys,
+				RwKeep keep, int lease_ms)
 {
-	RwOwed	   *rec = release_find_unsent(node, name);
+	RwOwed	   *rec = release_find_unsent(node, ix, name);
 
 	if (rec == NULL)
-		(void) release_record(node, name, keys, keep, lease_ms, false);
+		(void) release_record(node, ix, name, keys, keep, lease_ms, false);
 	else if (keep < rec->keep)
 	{
 		rec->keep = keep;
@@ -124,18 +157,55 @@ rw_release_owe(RwNode *node, const char *name, const RwKeys *keys,
 }
 
 /*
+ * Owe a release that must be sent again: it failed, or a command that may
+ * have granted the lock was cut off. One unsent record per name (per
+ * member): the one that lets go of more wins (nothing kept < a read lock
+ * kept < only the intent withdrawn). ix: a quorum's member, or -1 for all
+ * of them (or the node that is no quorum).
+ */
+void
+rw_release_owe(RwNode *node, int ix, const char *name, const RwKeys *keys,
+			   RwKeep keep, int lease_ms)
+{
+	int			ixs[RW_QUORUM_MAX];
+	int			n = ix >= 0 ? 1 : release_targets(node, ixs);
+
+	if (ix >= 0)
+		ixs[0] = ix;
+	for (int i = 0; i < n; i++)
+		release_owe_one(node, ixs[i], name, keys, keep, lease_ms);
+}
+
+/* Why a quorum's member was not asked: it failed a moment ago. */
+static void
+release_not_asked(RwError *err)
+{
+	err->kind = RW_ERR_CONNECT;
+	strlcpy(err->msg, "the Redis node failed a moment ago", sizeof(err->msg));
+}
+
+/*
  * Queue a record's release, tagged with it, on the connection that serves
- * its name now (rw_cluster_cmd: the node's, or in a cluster the member's
- * that serves the name's slot), if that connection is open or can be
- * opened. False, with *err, if not.
+ * its name now (release_conn), if that connection is open or can be opened
+ * (a quorum's member that failed a moment ago is not tried). False, with
+ * *err, if not.
  */
 static bool
 release_send(RwOwed *rec, RwError *err)
 {
-	RwConn	   *conn = rw_cluster_cmd(rec->node, &rec->keys);
+	RwConn	   *conn = release_conn(rec->node, rec->ix, &rec->keys);
 
-	if (!rw_conn_ensure(conn, err))
+	if (rec->ix >= 0 && !rw_quorum_may_ask(rec->node, rec->ix))
+	{
+		release_not_asked(err);
 		return false;
+	}
+	if (!rw_conn_ensure(conn, err))
+	{
+		if (rec->ix >= 0)
+			rw_quorum_failed(rec->node, rec->ix, err);
+		return false;
+	}
 	rw_proto_release_append(conn, &rec->keys, rec->keep, rec->lease_ms, rec);
 	rec->sent = true;
 	rec->conn = conn;
@@ -195,7 +265,9 @@ release_answered(RwOwed *rec, redisReply *reply)
 		return;
 	}
 	held = rw_proto_release_result(reply, &err);
-	if (held == 0 && rec->warn_if_lost && rec->keep != RW_KEEP_ALL)
+	/* One member of a quorum that no longer had it: no loss by itself. */
+	if (held == 0 && rec->warn_if_lost && rec->keep != RW_KEEP_ALL &&
+		rec->ix < 0)
 	{
 		RwHeld	   *h = rw_holds_find(rec->name);
 
@@ -231,7 +303,7 @@ static void
 release_read_node(RwNode *node)
 {
 	release_read_conn(&node->cmd);
-	for (RwNode *m = rw_cluster_members(node); m != NULL; m = m->next)
+	for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
 		release_read_conn(&m->cmd);
 }
 
@@ -251,54 +323,129 @@ rw_release_read_answers(void)
 }
 
 /*
+ * rw_release_now on every member of a quorum, all at once: the releases
+ * owed for the name on each member queued ahead, then the release written
+ * to all, then each answer read. held[i] as rw_release_now's for one node;
+ * a release that could not be done is owed (but an error reply).
+ */
+static void
+release_now_members(RwNode *node, const char *name, const RwKeys *keys,
+					RwKeep keep, int lease_ms, int *held, RwError *errs)
+{
+	int			n = rw_quorum_size(node);
+	RwAcquireCall calls[RW_QUORUM_MAX];
+
+	for (int i = 0; i < n; i++)
+	{
+		held[i] = -1;
+		if (!rw_quorum_may_ask(node, i))
+			release_not_asked(&errs[i]);
+		else if (release_settle(node, i, name, &errs[i]) &&
+				 rw_proto_release_send(&rw_quorum_member(node, i)->cmd, keys,
+									   keep, lease_ms, &calls[i], &errs[i]))
+			held[i] = -2;		/* sent */
+	}
+	for (int i = 0; i < n; i++)
+	{
+		if (held[i] == -2)
+			held[i] = rw_proto_collect_held(&rw_quorum_member(node, i)->cmd,
+											&calls[i], &errs[i]);
+		if (held[i] >= 0)
+			continue;
+		rw_quorum_failed(node, i, &errs[i]);
+		if (errs[i].kind != RW_ERR_REPLY)
+			release_owe_one(node, i, name, keys, keep, lease_ms);
+	}
+}
+
+/*
  * Release now and wait for the answer: 1 if the hold was still ours, 0 if
  * it had been lost, -1 if Redis could not be asked or refused (*err says
  * which). Every release owed for the name is completed first. A release
  * that could not be done stays owed unless Redis refused it outright (an
- * error reply, which no retry would change). Never throws.
+ * error reply, which no retry would change). In quorum mode it goes to
+ * every member: 1 if a majority still had the hold, 0 if too many no
+ * longer had it for a majority to, else -1 (too few answered; owed where
+ * it failed). Never throws.
  */
 int
 rw_release_now(RwNode *node, const char *name, const RwKeys *keys,
 			   RwKeep keep, int lease_ms, RwError *err)
 {
-	int			held;
-	int64		started = rw_now_ms();
+	int			n = rw_quorum_size(node);
+	int			held[RW_QUORUM_MAX];
+	RwError		errs[RW_QUORUM_MAX];
+	int			yes = 0,
+				no = 0;
+	const RwError *first = NULL;
 
-	do
+	if (n == 0)
 	{
-		held = -1;
-		if (rw_release_settle_name(node, name, err))
-			held = rw_proto_release(rw_cluster_cmd(node, keys), keys, keep,
-									lease_ms, err);
-	} while (held < 0 && rw_cluster_redirected(node, err, started));
-	if (held < 0 && err->kind != RW_ERR_REPLY)
-		rw_release_owe(node, name, keys, keep, lease_ms);
-	return held;
+		int64		started = rw_now_ms();
+		int			one;
+
+		do
+		{
+			one = -1;
+			if (release_settle(node, -1, name, err))
+				one = rw_proto_release(rw_cluster_cmd(node, keys), keys, keep,
+									   lease_ms, err);
+		} while (one < 0 && rw_cluster_redirected(node, err, started));
+		if (one < 0 && err->kind != RW_ERR_REPLY)
+			release_owe_one(node, -1, name, keys, keep, lease_ms);
+		return one;
+	}
+	release_now_members(node, name, keys, keep, lease_ms, held, errs);
+	for (int i = 0; i < n; i++)
+	{
+		yes += held[i] == 1;
+		no += held[i] == 0;
+		if (held[i] < 0 && (first == NULL || errs[i].kind == RW_ERR_INTERRUPTED))
+			first = &errs[i];
+	}
+	if (yes >= rw_quorum_majority(node))
+		return 1;
+	if (n - no < rw_quorum_majority(node))
+		return 0;
+	*err = *first;
+	if (err->kind != RW_ERR_INTERRUPTED)
+		snprintf(err->msg, sizeof(err->msg),
+				 "only %d of the %d Redis nodes of the quorum confirmed the release; first failure: %s",
+				 yes + no, n, first->msg);
+	return -1;
 }
 
 /*
  * Queue a release whose answer is read later (at transaction end, exit,
  * redis_unlock_all): it goes out with rw_release_flush. With no connection
  * to be had it is owed, to be sent again; a writer's intent (RW_KEEP_ALL)
- * is simply left to its short lease. Never throws.
+ * is simply left to its short lease. In quorum mode, one to each member.
+ * Never throws.
  */
 void
 rw_release_later(RwNode *node, const char *name, const RwKeys *keys,
 				 RwKeep keep, int lease_ms)
 {
-	RwOwed	   *rec;
-	RwError		err;
+	int			ixs[RW_QUORUM_MAX];
+	int			n = release_targets(node, ixs);
 
-	if (keep == RW_KEEP_ALL && rw_cluster_cmd(node, keys)->ctx == NULL)
-		return;
-	if (keep != RW_KEEP_ALL && (rec = release_find_unsent(node, name)) != NULL)
+	for (int i = 0; i < n; i++)
 	{
-		rec->keep = Min(rec->keep, keep);
-		rec->warn_if_lost = false;	/* it may have run before */
+		RwOwed	   *rec;
+		RwError		err;
+
+		if (keep == RW_KEEP_ALL && release_conn(node, ixs[i], keys)->ctx == NULL)
+			continue;
+		if (keep != RW_KEEP_ALL &&
+			(rec = release_find_unsent(node, ixs[i], name)) != NULL)
+		{
+			rec->keep = Min(rec->keep, keep);
+			rec->warn_if_lost = false;	/* it may have run before */
+		}
+		else
+			rec = release_record(node, ixs[i], name, keys, keep, lease_ms, true);
+		(void) release_send(rec, &err);
 	}
-	else
-		rec = release_record(node, name, keys, keep, lease_ms, true);
-	(void) release_send(rec, &err);
 }
 
 /*
@@ -318,7 +465,7 @@ rw_release_flush(void)
 
 		if (node->cmd.ctx != NULL)
 			(void) rw_flush(&node->cmd, rw_now_ms() + rw_command_timeout_ms, &err);
-		for (RwNode *m = rw_cluster_members(node); m != NULL; m = m->next)
+		for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
 			if (m->cmd.ctx != NULL)
 				(void) rw_flush(&m->cmd, rw_now_ms() + rw_command_timeout_ms, &err);
 	}
@@ -340,12 +487,12 @@ rw_release_send_owed(RwNode *node)
 	rw_release_flush();
 }
 
-/* The first record owed for a name on a node, if any. */
+/* The first record owed for a name on a node (a member: ix), if any. */
 static RwOwed *
-release_find_name(RwNode *node, const char *name)
+release_find_name(RwNode *node, int ix, const char *name)
 {
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
-		if (rec->node == node && strcmp(rec->name, name) == 0)
+		if (rec->node == node && rec->ix == ix && strcmp(rec->name, name) == 0)
 			return rec;
 	return NULL;
 }
@@ -359,17 +506,18 @@ release_find_name(RwNode *node, const char *name)
  * Returns the connection that serves the name now. Never throws.
  */
 static RwConn *
-release_settle_elsewhere(RwNode *node, const char *name, const RwKeys *keys)
+release_settle_elsewhere(RwNode *node, int ix, const char *name,
+						 const RwKeys *keys)
 {
 	for (int tries = 0;; tries++)
 	{
-		RwConn	   *conn = rw_cluster_cmd(node, keys);
+		RwConn	   *conn = release_conn(node, ix, keys);
 		RwOwed	   *away = NULL;
 		RwError		err;
 
 		for (RwOwed *rec = owed_head; rec != NULL && away == NULL; rec = rec->next)
-			if (rec->node == node && rec->sent && rec->conn != conn &&
-				strcmp(rec->name, name) == 0)
+			if (rec->node == node && rec->ix == ix && rec->sent &&
+				rec->conn != conn && strcmp(rec->name, name) == 0)
 				away = rec;
 		if (away == NULL || tries == 8)
 			return conn;
@@ -377,6 +525,33 @@ release_settle_elsewhere(RwNode *node, const char *name, const RwKeys *keys)
 			rw_conn_close(away->conn);
 		release_read_node(node);
 	}
+}
+
+/* rw_release_settle_name on one target (a quorum's member, or -1). */
+static bool
+release_settle(RwNode *node, int ix, const char *name, RwError *err)
+{
+	RwOwed	   *first;
+	RwConn	   *conn;
+
+	err->kind = RW_OK;
+	if (node->nowed == 0)
+		return true;
+	/* Answers that arrived; a closed connection's records become unsent. */
+	release_read_node(node);
+	if ((first = release_find_name(node, ix, name)) == NULL)
+		return true;
+	conn = release_settle_elsewhere(node, ix, name, &first->keys);
+	if (!rw_conn_ensure(conn, err))
+		return false;
+	/* Had the connection been replaced, its records would be unsent now. */
+	release_read_node(node);
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && rec->ix == ix && !rec->sent &&
+			release_conn(node, ix, &rec->keys) == conn)
+			(void) release_send(rec, err);
+	err->kind = RW_OK;
+	return true;
 }
 
 /*
@@ -389,32 +564,36 @@ release_settle_elsewhere(RwNode *node, const char *name, const RwKeys *keys)
  * before the caller's command is answered, that command fails with it (and
  * owes what it may have done), and the releases are owed again. False, with
  * *err, if there is no connection to queue them on: then the name must not
- * be taken on this node. Never throws, never waits for an answer.
+ * be taken on this node. A quorum's members are settled one by one by its
+ * acquisitions (rw_release_settle_member): true here. Never throws, never
+ * waits for an answer.
  */
 bool
 rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 {
-	RwOwed	   *first;
-	RwConn	   *conn;
+	err->kind = RW_OK;
+	if (rw_quorum_size(node) > 0)
+		return true;
+	return release_settle(node, -1, name, err);
+}
 
-	err->kind = RW_OK;
-	if (node->nowed == 0)
-		return true;
-	/* Answers that arrived; a closed connection's records become unsent. */
-	release_read_node(node);
-	if ((first = release_find_name(node, name)) == NULL)
-		return true;
-	conn = release_settle_elsewhere(node, name, &first->keys);
-	if (!rw_conn_ensure(conn, err))
+/*
+ * The same for member ix of a quorum: false, with *err, if the name must
+ * not be taken on that member now (no connection to queue the releases
+ * on, or it failed a moment ago).
+ */
+bool
+rw_release_settle_member(RwNode *node, int ix, const char *name, RwError *err)
+{
+	if (!rw_quorum_may_ask(node, ix))
+	{
+		release_not_asked(err);
 		return false;
-	/* Had the connection been replaced, its records would be unsent now. */
-	release_read_node(node);
-	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
-		if (rec->node == node && !rec->sent &&
-			rw_cluster_cmd(node, &rec->keys) == conn)
-			(void) release_send(rec, err);
-	err->kind = RW_OK;
-	return true;
+	}
+	if (release_settle(node, ix, name, err))
+		return true;
+	rw_quorum_failed(node, ix, err);
+	return false;
 }
 
 /*

@@ -48,7 +48,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 		keys[i] = &due[i]->keys;
 		lease[i] = due[i]->lease_ms;
 	}
-	if (!rw_cluster_renew(node, keys, NULL, lease, n, held, &err))
+	if (!rw_quorum_renew(node, keys, NULL, lease, n, held, &err))
 	{
 		int64		retry = Min(Max(rw_lease_ms / 6, RENEW_RETRY_MIN_MS),
 								RENEW_RETRY_MAX_MS);

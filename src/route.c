@@ -12,7 +12,9 @@
  * closed and freed. A redis+sentinel:// node is the service, wherever its
  * master is (sentinel.c); a redis+cluster:// node is the whole cluster, and
  * each of its locks is served by the member that serves the lock's slot
- * (cluster.c, rw_cluster_cmd).
+ * (cluster.c, rw_cluster_cmd); a quorum's node (several URLs) is the
+ * quorum, and each of its locks is held on a majority of its members
+ * (quorum.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -40,6 +42,7 @@ route_node_create(const char *spec)
 	node->sub.node = node;
 	node->sub.is_subscriber = true;
 	rw_cluster_attach(node);
+	rw_quorum_attach(node);
 	node->next = route_nodes;
 	route_nodes = node;
 	MemoryContextSwitchTo(old);
@@ -97,6 +100,7 @@ rw_node_forget_if_unused(RwNode *node)
 	rw_conn_close(&node->cmd);
 	rw_conn_close(&node->sub);
 	rw_cluster_detach(node);
+	rw_quorum_detach(node);
 	for (link = &route_nodes; *link != NULL; link = &(*link)->next)
 	{
 		if (*link == node)

@@ -18,8 +18,14 @@
  *	  holds.c      the session's table of holds, what the keeper is shown,
  *	               warnings kept for a safe moment
  *	  route.c      which node serves a lock: the one URL, a server, a
- *	               Sentinel-monitored service or a Redis Cluster
+ *	               Sentinel-monitored service, a Redis Cluster or a quorum
  *	  keeper.c     the background worker and its shared table; redis_locks
+ *	  quorum.c     quorum mode (experimental): several independent masters
+ *	               in rwlock.redis_url; one plain node per URL under the
+ *	               logical node, acquisitions and renewals sent to all of
+ *	               them at once and counted (a majority, in time), the
+ *	               fencing token raised on a majority, members that
+ *	               restarted left out for a lease (rw_quorum_attach)
  *	  cluster.c    Redis Cluster: hash slots, the slot map, a connection
  *	               per master, MOVED/ASK/TRYAGAIN/CLUSTERDOWN, renewals
  *	               batched per master; route.c and keeper.c attach it to
@@ -68,6 +74,7 @@
 #define RW_INTENT_MS		2000	/* lease of a waiting writer's intent */
 #define RW_KEEP_TOKEN_MS	600000	/* the last write token outlives a lock */
 #define RW_EXIT_BUDGET_MS	500		/* what backend exit may spend on Redis */
+#define RW_QUORUM_MAX		9		/* URLs of a quorum */
 #define RW_SENTINEL_RECHECK_MS 1000	/* a connection in use asks the sentinels
 										 * again this often (sentinel.c) */
 #define RW_SENTINEL_CHECK_BUDGET_MS 500	/* ... spending at most this */
@@ -136,6 +143,8 @@ extern char *rw_tls_cert_file;
 extern char *rw_tls_key_file;
 extern int	rw_wait_replicas;
 extern int	rw_wait_replicas_timeout_ms;
+extern double rw_quorum_drift;
+extern int	rw_quorum_max_lease_ms;
 extern uint64 rw_conn_settings_gen;
 extern void rw_define_gucs(void);
 extern void rw_check_settings(void);
@@ -183,6 +192,9 @@ typedef struct RwEndpoint
 	bool		(*resolve) (struct RwEndpoint *ep, int64 deadline,
 							struct RwError *err);
 	bool		is_sentinel;	/* this endpoint is a sentinel itself */
+	/* several URLs: quorum mode (quorum.c); the members' specs */
+	int			nquorum;
+	char	  **quorum_specs;
 } RwEndpoint;
 
 extern bool rw_parse_url(const char *spec, RwEndpoint *ep, char **why);
@@ -244,6 +256,8 @@ typedef struct RwConn
 	bool		asking;			/* cluster.c routed here by an ASK: each
 								 * script call goes after an ASKING */
 	double		last_rtt_ms;
+	uint64		opens;			/* connections made so far (quorum.c checks
+								 * each new one's Redis for a restart) */
 	uint64		addr_gen;		/* the node's ep.addr_gen it connected at */
 	uint64		failed_call;	/* the call whose connection attempt failed */
 	RwError		failed_err;		/* ... and why */
@@ -278,6 +292,7 @@ extern bool rw_exchange(RwConn *conn, int nreplies, redisReply **replies,
 extern bool rw_flush(RwConn *conn, int64 deadline, RwError *err);
 extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
+extern bool rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
 extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
 
@@ -305,6 +320,7 @@ typedef enum RwScriptId
 	RW_SCRIPT_RELEASE,
 	RW_SCRIPT_RENEW,
 	RW_SCRIPT_INFO,
+	RW_SCRIPT_FENCE,
 	RW_NSCRIPTS
 } RwScriptId;
 
@@ -337,6 +353,11 @@ extern bool rw_script_run(RwConn *conn, RwScriptCall *calls, int ncalls,
 extern bool rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
 								redisReply **replies, int replicas,
 								int *acks, RwError *err);
+extern bool rw_script_send(RwConn *conn, RwScriptCall *calls, int ncalls,
+						   int replicas, RwError *err);
+extern bool rw_script_collect(RwConn *conn, RwScriptCall *calls, int ncalls,
+							  redisReply **replies, int replicas, int *acks,
+							  RwError *err);
 extern void rw_script_append_eval(RwConn *conn, RwScriptCall *call, void *tag);
 
 /* ---- sentinel.c ---- */
@@ -379,6 +400,15 @@ typedef struct RwLockInfo
 	int64	   *waiting_ms;
 } RwLockInfo;
 
+/* One acquire (or fence) call's arguments, from send to collect. */
+typedef struct RwAcquireCall
+{
+	RwScriptCall call;
+	char		lease[24];		/* fence.lua: the token */
+	char		intent[16];
+	char		keep[16];
+} RwAcquireCall;
+
 extern const char *rw_owner_id(void);
 extern void rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 						  MemoryContext cxt);
@@ -389,12 +419,37 @@ extern RwAcquireStatus rw_proto_acquire(RwConn *conn, const RwKeys *keys,
 										int lease_ms, int intent_ms,
 										int64 *result, char **other,
 										int *acks, RwError *err);
+extern bool rw_proto_acquire_send(RwConn *conn, const RwKeys *keys,
+								  RwMode mode, RwMode held_mode, int lease_ms,
+								  int intent_ms, RwAcquireCall *c, RwError *err);
+extern RwAcquireStatus rw_proto_acquire_collect(RwConn *conn, RwAcquireCall *c,
+												int64 *result, char **other,
+												int *acks, RwError *err);
+extern bool rw_proto_fence_send(RwConn *conn, const RwKeys *keys, int64 token,
+								RwAcquireCall *c, RwError *err);
+extern int	rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err);
+extern bool rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwKeep keep,
+								  int lease_ms, RwAcquireCall *c, RwError *err);
 extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep,
 							 int lease_ms, RwError *err);
 extern void rw_proto_release_append(RwConn *conn, const RwKeys *keys,
 									RwKeep keep, int lease_ms, void *tag);
 extern int	rw_proto_release_result(redisReply *r, RwError *err);
 extern bool rw_proto_is_redirect(const char *msg);
+/* Renewals sent and not yet collected (rw_proto_renew_send). */
+typedef struct RwRenewCall
+{
+	int			n;
+	RwScriptCall *calls;
+	char	   *leases;
+	char		keeptoken[16];
+} RwRenewCall;
+
+extern bool rw_proto_renew_send(RwConn *conn, RwKeys **keys,
+								const char *const *owners, const int *lease_ms,
+								int n, RwRenewCall *rc, RwError *err);
+extern bool rw_proto_renew_collect(RwConn *conn, RwRenewCall *rc, int *held,
+								   char **why, RwError *err);
 extern bool rw_proto_renew(RwConn *conn, RwKeys **keys,
 						   const char *const *owners, const int *lease_ms,
 						   int n, int *held, char **why, RwError *err);
@@ -428,6 +483,7 @@ typedef struct RwNode
 	int			nowed;			/* releases owed to it (release.c) */
 	int64		renew_retry_ms; /* no renewal before this after a failure */
 	struct RwCluster *cluster;	/* a redis+cluster:// node's (cluster.c) */
+	struct RwQuorum *quorum;	/* a quorum's (quorum.c) */
 	struct RwNode *next;
 } RwNode;
 
@@ -447,6 +503,39 @@ extern bool rw_cluster_redirected(RwNode *node, RwError *err, int64 started);
 extern bool rw_cluster_renew(RwNode *node, RwKeys **keys,
 							 const char *const *owners, const int *lease_ms,
 							 int n, int *held, RwError *err);
+
+/* ---- quorum.c ---- */
+
+/* What one member of a quorum answered to an acquisition. */
+typedef struct RwVote
+{
+	RwAcquireStatus status;		/* RW_ACQ_FAILED: not asked, or failed */
+	int64		result;			/* as rw_proto_acquire's */
+	char	   *other;
+	RwError		err;			/* RW_ACQ_FAILED: why; maybe_sent */
+	bool		sent;
+	bool		counts;			/* toward a majority (not restarted lately) */
+} RwVote;
+
+extern void rw_quorum_attach(RwNode *node);
+extern void rw_quorum_detach(RwNode *node);
+extern int	rw_quorum_size(RwNode *node);
+extern RwNode *rw_quorum_member(RwNode *node, int i);
+extern int	rw_quorum_majority(RwNode *node);
+extern RwNode *rw_node_members(RwNode *node);
+extern int	rw_quorum_lease(RwNode *node);
+extern bool rw_quorum_may_ask(RwNode *node, int i);
+extern void rw_quorum_failed(RwNode *node, int i, const RwError *err);
+extern bool rw_quorum_counts(RwNode *node, int i, const char **run_id);
+extern RwAcquireStatus rw_quorum_acquire(RwNode *node, const RwKeys *keys,
+										 RwMode mode, RwMode held_mode,
+										 int intent_ms, const bool *ask,
+										 RwVote *votes, int64 *result,
+										 char **other, bool *split,
+										 RwError *err);
+extern bool rw_quorum_renew(RwNode *node, RwKeys **keys,
+							const char *const *owners, const int *lease_ms,
+							int n, int *held, RwError *err);
 
 /* ---- holds.c ---- */
 
@@ -490,7 +579,8 @@ extern int	rw_holds_count(void);
 extern RwHeld **rw_holds_list(int *n);
 extern RwMode rw_level_mode(RwHeld *h, RwLevel level);
 extern RwMode rw_wanted_mode(RwHeld *h);
-extern void rw_holds_granted(RwHeld *h, RwMode mode, int64 token);
+extern void rw_holds_granted(RwHeld *h, RwMode mode, int64 token,
+							 int64 since);
 extern void rw_holds_refresh(RwHeld *h);
 extern void rw_holds_publish_modes(RwHeld *h);
 extern void rw_holds_unpublish(RwHeld *h);
@@ -508,12 +598,14 @@ extern int	rw_release_now(RwNode *node, const char *name, const RwKeys *keys,
 						   RwKeep keep, int lease_ms, RwError *err);
 extern void rw_release_later(RwNode *node, const char *name,
 							 const RwKeys *keys, RwKeep keep, int lease_ms);
-extern void rw_release_owe(RwNode *node, const char *name, const RwKeys *keys,
-						   RwKeep keep, int lease_ms);
+extern void rw_release_owe(RwNode *node, int ix, const char *name,
+						   const RwKeys *keys, RwKeep keep, int lease_ms);
 extern void rw_release_flush(void);
 extern void rw_release_send_owed(RwNode *node);
 extern void rw_release_granted(RwNode *node, const char *name);
 extern bool rw_release_settle_name(RwNode *node, const char *name, RwError *err);
+extern bool rw_release_settle_member(RwNode *node, int ix, const char *name,
+									 RwError *err);
 extern void rw_release_read_answers(void);
 extern void rw_release_at_exit(void);
 extern void rw_note_release_failed(const char *name, const RwError *err);
@@ -521,7 +613,8 @@ extern void rw_note_release_failed(const char *name, const RwError *err);
 /* ---- waiting.c ---- */
 extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 							RwMode mode, RwMode held_mode, long timeout_ms,
-							bool timeout_is_error, int64 *token);
+							bool timeout_is_error, int64 *token,
+							int64 *since);
 extern void rw_wait_done(void);
 extern void rw_abandon_wait(void);
 

@@ -149,16 +149,38 @@ scripts_wait_result(redisReply *r)
 }
 
 /*
- * As rw_script_run; with replicas > 0, a WAIT for that many replicas
- * follows the scripts in the same round trip (and follows them again if
- * they had to be sent again as EVAL), and *acks is how many acknowledged
- * them (-1 if WAIT failed). The round trip may take
- * rwlock.wait_replicas_timeout more than rwlock.command_timeout.
+ * Queue ncalls scripts on one connection (and a WAIT for replicas after
+ * them, with replicas > 0) and write them out, without reading the
+ * answers: rw_script_collect reads them. A quorum sends to all its nodes
+ * first, then collects from each. False, with *err, if the connection
+ * could not be had or failed. Never throws.
  */
 bool
-rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
-					redisReply **replies, int replicas, int *acks,
-					RwError *err)
+rw_script_send(RwConn *conn, RwScriptCall *calls, int ncalls, int replicas,
+			   RwError *err)
+{
+	if (!rw_conn_ensure(conn, err))
+		return false;
+	for (int i = 0; i < ncalls; i++)
+		scripts_append(conn, &calls[i], NULL);
+	if (replicas > 0)
+		scripts_append_wait(conn, replicas);
+	if (rw_flush(conn, rw_now_ms() + rw_command_timeout_ms, err))
+		return true;
+	err->maybe_sent = true;
+	return false;
+}
+
+/*
+ * Read the answers to what rw_script_send sent, sending again as EVAL the
+ * calls Redis answered NOSCRIPT; with replicas > 0, *acks is how many
+ * replicas acknowledged them (-1 if WAIT failed). The round trip may take
+ * rwlock.wait_replicas_timeout more than rwlock.command_timeout. Never
+ * throws.
+ */
+bool
+rw_script_collect(RwConn *conn, RwScriptCall *calls, int ncalls,
+				  redisReply **replies, int replicas, int *acks, RwError *err)
 {
 	redisReply **again;
 	int			nretry = 0;
@@ -168,12 +190,6 @@ rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
 
 	if (acks)
 		*acks = -1;
-	if (!rw_conn_ensure(conn, err))
-		return false;
-	for (int i = 0; i < ncalls; i++)
-		scripts_append(conn, &calls[i], NULL);
-	if (extra)
-		scripts_append_wait(conn, replicas);
 	if (!scripts_exchange(conn, ncalls, extra, extra_ms, all, err))
 	{
 		pfree(all);
@@ -227,6 +243,18 @@ rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
 	}
 	pfree(again);
 	return true;
+}
+
+/* rw_script_send and rw_script_collect in one: one connection's round trip. */
+bool
+rw_script_run_acked(RwConn *conn, RwScriptCall *calls, int ncalls,
+					redisReply **replies, int replicas, int *acks,
+					RwError *err)
+{
+	if (acks)
+		*acks = -1;
+	return rw_script_send(conn, calls, ncalls, replicas, err) &&
+		rw_script_collect(conn, calls, ncalls, replies, replicas, acks, err);
 }
 
 /*

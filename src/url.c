@@ -5,7 +5,9 @@
  *	  rediss://... (the same over TLS),
  *	  unix://[user:password@]/path/to.sock[?db=N], redis+sentinel:// and
  *	  redis+cluster:// (and their rediss+ forms: a list of sentinels or
- *	  cluster nodes); a node's spec; the password file.
+ *	  cluster nodes); several redis://, rediss:// or unix:// URLs separated
+ *	  by white space (quorum mode, quorum.c: an odd number, at least 3); a
+ *	  node's spec; the password file.
  *
  * A node's spec is the URL followed by the settings a connection to it
  * uses, tab-separated: rwlock.password_file, and for a rediss:// URL also
@@ -35,6 +37,7 @@
  */
 #include "rwlock.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -376,6 +379,69 @@ url_parse(const char *url, int len, RwEndpoint *ep, char **why)
 	return false;
 }
 
+/*
+ * The URLs of a quorum (quorum.c), separated by white space in the spec's
+ * first field (len bytes), each with the spec's other fields (tail: from
+ * the first tab, or ""): every member connects with the same settings.
+ */
+static bool
+url_parse_quorum(const char *url, int len, const char *tail, RwEndpoint *ep,
+				 char **why)
+{
+	const char *p = url;
+	const char *end = url + len;
+	StringInfoData b;
+
+	ep->quorum_specs = palloc(sizeof(char *) * (RW_QUORUM_MAX + 1));
+	initStringInfo(&b);
+	appendStringInfoString(&b, "quorum:");
+	while (p < end)
+	{
+		const char *word;
+		RwEndpoint	m;
+
+		while (p < end && isspace((unsigned char) *p))
+			p++;
+		if (p == end)
+			break;
+		word = p;
+		while (p < end && !isspace((unsigned char) *p))
+			p++;
+		if (ep->nquorum == RW_QUORUM_MAX)
+		{
+			*why = psprintf("A quorum has at most %d URLs.", RW_QUORUM_MAX);
+			return false;
+		}
+		ep->quorum_specs[ep->nquorum] = psprintf("%.*s%s", (int) (p - word), word, tail);
+		if (!rw_parse_url(ep->quorum_specs[ep->nquorum], &m, why))
+			return false;
+		if (m.sentinel || m.cluster)
+		{
+			*why = "Each URL of a quorum must be redis://, rediss:// or unix://.";
+			return false;
+		}
+		appendStringInfo(&b, " %s", m.display);
+		ep->nquorum++;
+	}
+	if (ep->nquorum < 3 || ep->nquorum % 2 == 0)
+	{
+		*why = "Several URLs (quorum mode) must be an odd number, at least 3, so that any two majorities meet.";
+		return false;
+	}
+	ep->display = b.data;
+	return true;
+}
+
+/* Whether the URL field holds several URLs: quorum mode. */
+static bool
+url_is_quorum(const char *url, int len)
+{
+	for (int i = 0; i < len; i++)
+		if (isspace((unsigned char) url[i]))
+			return true;
+	return false;
+}
+
 /* A field of a spec: NULL if empty. */
 static char *
 spec_field(const char *s, int len)
@@ -423,6 +489,11 @@ rw_parse_url(const char *spec, RwEndpoint *ep, char **why)
 	{
 		*why = "A node's spec has a wrong number of fields.";
 		return false;
+	}
+	if (url_is_quorum(fields[0], lens[0]))
+	{
+		ep->url = pstrdup(spec);
+		return url_parse_quorum(fields[0], lens[0], spec + lens[0], ep, why);
 	}
 	if (!url_parse(fields[0], lens[0], ep, why))
 		return false;
@@ -474,6 +545,30 @@ rw_parse_url(const char *spec, RwEndpoint *ep, char **why)
 	return true;
 }
 
+/*
+ * The URL(s) of the setting, white space trimmed and each run of it made
+ * one space: the URLs of a quorum name one node however they are spaced,
+ * and a tab never ends up inside the spec's first field.
+ */
+static char *
+url_words(const char *s)
+{
+	StringInfoData b;
+
+	initStringInfo(&b);
+	while (*s)
+	{
+		size_t		n;
+
+		s += strspn(s, " \t\r\n\v\f");
+		n = strcspn(s, " \t\r\n\v\f");
+		if (n > 0)
+			appendStringInfo(&b, "%s%.*s", b.len > 0 ? " " : "", (int) n, s);
+		s += n;
+	}
+	return b.data;
+}
+
 /* For the setting's check hook: a URL alone, no control characters. */
 bool
 rw_check_url(const char *url, char **why)
@@ -482,13 +577,14 @@ rw_check_url(const char *url, char **why)
 
 	for (const unsigned char *p = (const unsigned char *) url; *p; p++)
 	{
-		if (*p < 0x20 || *p == 0x7f)
+		/* Spaces, tabs and newlines separate the URLs of a quorum. */
+		if ((*p < 0x20 && !isspace(*p)) || *p == 0x7f)
 		{
 			*why = "The URL must not contain control characters.";
 			return false;
 		}
 	}
-	return rw_parse_url(url, &ep, why);
+	return rw_parse_url(url_words(url), &ep, why);
 }
 
 /*
@@ -498,20 +594,25 @@ rw_check_url(const char *url, char **why)
 char *
 rw_current_spec(void)
 {
-	bool		tls = strncmp(rw_redis_url, "rediss://", 9) == 0 ||
-		strncmp(rw_redis_url, "rediss+sentinel://", 18) == 0 ||
-		strncmp(rw_redis_url, "rediss+cluster://", 17) == 0;
+	bool		tls = strstr(rw_redis_url, "rediss://") != NULL ||
+		strstr(rw_redis_url, "rediss+sentinel://") != NULL ||
+		strstr(rw_redis_url, "rediss+cluster://") != NULL;
+	char	   *url = url_words(rw_redis_url);
+	char	   *spec;
 	const char *pf = rw_password_file ? rw_password_file : "";
 
 	if (tls)
-		return psprintf("%s\t%s\t%s\t%s\t%s\t%s", rw_redis_url, pf,
+		spec = psprintf("%s\t%s\t%s\t%s\t%s\t%s", url, pf,
 						rw_tls_verify_name(rw_tls_verify),
 						rw_tls_ca_file ? rw_tls_ca_file : "",
 						rw_tls_cert_file ? rw_tls_cert_file : "",
 						rw_tls_key_file ? rw_tls_key_file : "");
-	if (*pf != '\0')
-		return psprintf("%s\t%s", rw_redis_url, pf);
-	return pstrdup(rw_redis_url);
+	else if (*pf != '\0')
+		spec = psprintf("%s\t%s", url, pf);
+	else
+		return url;
+	pfree(url);
+	return spec;
 }
 
 /*

@@ -22,6 +22,15 @@
  * without waiting for the answer, and with no connection left to its short
  * lease.
  *
+ * In quorum mode (quorum.c) each try goes to every member of the quorum at
+ * once, after the releases owed for the name on each member are queued
+ * there (a member they cannot be queued on is not asked); what a try that
+ * got no majority was granted is released at once (owed, so it goes ahead
+ * of the next try on each member). The waiter listens on every member it
+ * can reach and wakes on the first message; when the votes split (some
+ * members granted it, too few), it tries again after a random pause, so
+ * that two waiters that split a quorum do not collide again in step.
+ *
  * The sleep goes through the latch: cancel, statement_timeout, termination
  * and postmaster death end it at once. Between tries nothing is in flight;
  * a try cut off in flight owes the release of what it may have granted
@@ -34,8 +43,12 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/proc.h"
+#include "common/pg_prng.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+
+#define WAIT_SPLIT_MIN_MS	10	/* the random pause after a split vote */
+#define WAIT_SPLIT_MAX_MS	100
 
 /* The wait in progress, so an error can clean up after it. */
 static struct
@@ -46,7 +59,10 @@ static struct
 	RwKeys		keys;			/* copy in wait_cxt */
 	RwMode		held_mode;		/* what the session held before */
 	bool		intent;			/* a writer's intent may be registered */
-	bool		subscribed;
+	bool		subscribed;		/* on one of subs at least */
+	int			nsubs;			/* the node's subscriber, or each member's */
+	RwConn	   *subs[RW_QUORUM_MAX];
+	bool		listening[RW_QUORUM_MAX];	/* subs[i] confirmed */
 } wait_state;
 
 static MemoryContext wait_cxt = NULL;
@@ -74,6 +90,13 @@ wait_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode,
 	wait_state.held_mode = held_mode;
 	wait_state.intent = intent;
 	wait_state.subscribed = false;
+	wait_state.nsubs = Max(rw_quorum_size(node), 1);
+	for (int i = 0; i < wait_state.nsubs; i++)
+	{
+		wait_state.subs[i] = rw_quorum_size(node) > 0 ?
+			&rw_quorum_member(node, i)->sub : &node->sub;
+		wait_state.listening[i] = false;
+	}
 	wait_state.active = true;
 }
 
@@ -81,16 +104,23 @@ wait_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode,
 static void
 wait_unsubscribe(void)
 {
-	RwConn	   *sub = &wait_state.node->sub;
-	RwError		err;
 	const char *argv[2] = {"UNSUBSCRIBE", wait_state.keys.channel};
 	size_t		lens[2] = {11, wait_state.keys.channel_len};
 
 	wait_state.subscribed = false;
-	if (sub->ctx == NULL)
-		return;
-	rw_append(sub, 2, argv, lens, NULL);
-	(void) rw_flush(sub, rw_now_ms() + rw_command_timeout_ms, &err);
+	for (int i = 0; i < wait_state.nsubs; i++)
+	{
+		RwConn	   *sub = wait_state.subs[i];
+		RwError		err;
+
+		if (!wait_state.listening[i])
+			continue;
+		wait_state.listening[i] = false;
+		if (sub->ctx == NULL)
+			continue;
+		rw_append(sub, 2, argv, lens, NULL);
+		(void) rw_flush(sub, rw_now_ms() + rw_command_timeout_ms, &err);
+	}
 }
 
 /*
@@ -157,22 +187,22 @@ wait_is_confirmation(redisReply *r)
 }
 
 /*
- * Read pushes until one matches `match` or timeout_ms passes. Stale pushes
- * (other channels, old confirmations) are dropped. Returns false on timeout
- * or if the subscriber connection failed (then it is closed).
+ * Take the pushes that have arrived on the listening subscribers (or on
+ * `only`, if not NULL) until one matches `match`: true then. Stale pushes
+ * (other channels, old confirmations) are dropped. A subscriber that
+ * failed is closed and stops listening.
  */
 static bool
-wait_for_push(bool (*match) (redisReply *), long timeout_ms)
+wait_take_pushes(RwConn *only, bool (*match) (redisReply *))
 {
-	RwConn	   *sub = &wait_state.node->sub;
-	int64		deadline = rw_now_ms() + timeout_ms;
-	RwError		err;
-
-	for (;;)
+	for (int i = 0; i < wait_state.nsubs; i++)
 	{
+		RwConn	   *sub = wait_state.subs[i];
 		redisReply *r;
-		int64		now;
+		RwError		err;
 
+		if (only != NULL ? sub != only : !wait_state.listening[i])
+			continue;
 		while (sub->ctx != NULL && rw_conn_read_pending(sub, &r, &err) && r != NULL)
 		{
 			bool		hit = match(r);
@@ -182,33 +212,89 @@ wait_for_push(bool (*match) (redisReply *), long timeout_ms)
 				return true;
 		}
 		if (sub->ctx == NULL)
-			return false;
+			wait_state.listening[i] = false;
+	}
+	return false;
+}
+
+/*
+ * Read pushes until one matches `match` or timeout_ms passes, on `only`
+ * or on every listening subscriber. Returns false on timeout or if no
+ * subscriber is left.
+ */
+static bool
+wait_for_push(RwConn *only, bool (*match) (redisReply *), long timeout_ms)
+{
+	int64		deadline = rw_now_ms() + timeout_ms;
+
+	for (;;)
+	{
+		RwConn	   *open[RW_QUORUM_MAX];
+		int			nopen = 0;
+		int64		now;
+
+		if (wait_take_pushes(only, match))
+			return true;
+		for (int i = 0; i < wait_state.nsubs; i++)
+			if (wait_state.subs[i]->ctx != NULL &&
+				(only != NULL ? wait_state.subs[i] == only : wait_state.listening[i]))
+				open[nopen++] = wait_state.subs[i];
 		now = rw_now_ms();
-		if (now >= deadline || !rw_conn_wait_readable(sub, deadline - now))
+		if (nopen == 0 || now >= deadline)
+			return false;
+		if (!(nopen == 1 ? rw_conn_wait_readable(open[0], deadline - now) :
+			  rw_conns_wait_readable(open, nopen, deadline - now)))
 			return false;
 	}
 }
 
-/* Listen on the lock's channel; true once Redis confirmed it. */
+/* The member a subscriber belongs to may be asked (not failed lately). */
+static bool
+wait_may_listen(int i)
+{
+	return rw_quorum_size(wait_state.node) == 0 ||
+		rw_quorum_may_ask(wait_state.node, i);
+}
+
+/*
+ * Listen on the lock's channel, on every subscriber that can be had (all
+ * asked at once); true once Redis confirmed it on one at least.
+ */
 static bool
 wait_subscribe(void)
 {
-	RwConn	   *sub = &wait_state.node->sub;
-	RwError		err;
 	const char *argv[2] = {"SUBSCRIBE", wait_state.keys.channel};
 	size_t		lens[2] = {9, wait_state.keys.channel_len};
+	bool		asked[RW_QUORUM_MAX];
+	RwError		err;
 
-	if (!rw_conn_ensure(sub, &err))
-		rw_raise(sub, &err);
-	rw_append(sub, 2, argv, lens, NULL);
-	if (rw_flush(sub, rw_now_ms() + rw_command_timeout_ms, &err) &&
-		wait_for_push(wait_is_confirmation, rw_command_timeout_ms))
+	for (int i = 0; i < wait_state.nsubs; i++)
 	{
-		wait_state.subscribed = true;
-		return true;
+		RwConn	   *sub = wait_state.subs[i];
+
+		asked[i] = false;
+		if (wait_state.listening[i] || !wait_may_listen(i))
+			continue;
+		if (!rw_conn_ensure(sub, &err))
+		{
+			/* Interrupts are served; a lone node's failure is an error. */
+			if (wait_state.nsubs == 1 || err.kind == RW_ERR_INTERRUPTED)
+				rw_raise(sub, &err);
+			continue;
+		}
+		rw_append(sub, 2, argv, lens, NULL);
+		asked[i] = rw_flush(sub, rw_now_ms() + rw_command_timeout_ms, &err);
 	}
-	rw_conn_close(sub);
-	return false;
+	for (int i = 0; i < wait_state.nsubs; i++)
+	{
+		if (!asked[i])
+			continue;
+		if (wait_for_push(wait_state.subs[i], wait_is_confirmation, rw_command_timeout_ms))
+			wait_state.listening[i] = wait_state.subscribed = true;
+		else
+			rw_conn_close(wait_state.subs[i]);
+	}
+	return wait_state.subscribed;
 }
 
 /* Sleep until woken on the channel or timeout_ms passes. */
@@ -217,8 +303,14 @@ wait_sleep(long timeout_ms)
 {
 	if (wait_state.subscribed)
 	{
-		if (!wait_for_push(wait_is_wakeup, timeout_ms) && wait_state.node->sub.ctx == NULL)
-			wait_state.subscribed = false;
+		if (!wait_for_push(NULL, wait_is_wakeup, timeout_ms))
+		{
+			bool		any = false;
+
+			for (int i = 0; i < wait_state.nsubs; i++)
+				any |= wait_state.listening[i] && wait_state.subs[i]->ctx != NULL;
+			wait_state.subscribed = any;
+		}
 		return;
 	}
 	/* No subscription (it failed): poll, briefly, through the latch. */
@@ -298,10 +390,75 @@ wait_redirected(RwNode *node, const char *name, RwError *err, int64 *since)
 }
 
 /*
+ * One try on every member of a quorum (quorum.c). Each member is asked only
+ * once the releases owed for the name there are queued ahead of the try.
+ * Unless the lock was granted, what members granted is released (owed and
+ * sent, without waiting: it goes ahead of the next try on each member), and
+ * what a member may have granted before its connection failed is owed;
+ * after a split vote, the writer's intent is withdrawn everywhere.
+ * *split: some members granted it, too few. Statuses as rw_proto_acquire's,
+ * but RW_GRANTED_UNACKED.
+ */
+static RwAcquireStatus
+wait_try_quorum(RwNode *node, const RwKeys *keys, const char *name,
+				RwMode mode, RwMode held_mode, int intent, int64 *result,
+				char **other, bool *split, RwError *err)
+{
+	int			n = rw_quorum_size(node);
+	bool		ask[RW_QUORUM_MAX];
+	RwVote		votes[RW_QUORUM_MAX];
+	RwKeep		undo = held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING;
+	RwAcquireStatus status;
+	bool		owes = false;
+
+	for (int i = 0; i < n; i++)
+		ask[i] = rw_release_settle_member(node, i, name, err);
+	status = rw_quorum_acquire(node, keys, mode, held_mode, intent, ask, votes,
+							   result, other, split, err);
+	if (status == RW_GRANTED)
+		return status;
+	for (int i = 0; i < n; i++)
+	{
+		if (votes[i].status == RW_GRANTED ||
+			(votes[i].status == RW_ACQ_FAILED && votes[i].err.maybe_sent))
+		{
+			rw_release_owe(node, i, name, keys, undo, rw_quorum_lease(node));
+			owes = true;
+		}
+		else if (*split && votes[i].status == RW_BUSY && mode == RW_WRITE &&
+				 intent > 0)
+		{
+			/*
+			 * Votes split: the writers' places in the members' queues may
+			 * disagree in a cycle (A before B on one, B before C on the
+			 * next, C before A on the third), which would split every try
+			 * again. All places are given up; the random pause decides who
+			 * queues first next time.
+			 */
+			rw_release_owe(node, i, name, keys, RW_KEEP_ALL, 0);
+			owes = true;
+		}
+	}
+	if (owes)
+		rw_release_send_owed(node);
+	return status;
+}
+
+/* A pause of random length after a split vote, ms. */
+static long
+wait_split_pause(void)
+{
+	return WAIT_SPLIT_MIN_MS +
+		(long) pg_prng_uint64_range(&pg_global_prng_state, 0,
+									WAIT_SPLIT_MAX_MS - WAIT_SPLIT_MIN_MS);
+}
+
+/*
  * Take the lock in `mode`, waiting up to timeout_ms (-1: forever, 0: not at
  * all). held_mode is what the session already holds in Redis (RW_READ when
  * this is an upgrade). On success sets *token and returns true; the caller
- * records the grant, then calls rw_wait_done. When the time runs out,
+ * records the grant (its lease runs from *since, when the try that got it
+ * was sent), then calls rw_wait_done. When the time runs out,
  * returns false, or raises 55P03 if timeout_is_error.
  *
  * An acquisition that fails in flight may have been granted all the same:
@@ -312,7 +469,7 @@ wait_redirected(RwNode *node, const char *name, RwError *err, int64 *since)
 bool
 rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 				RwMode mode, RwMode held_mode, long timeout_ms,
-				bool timeout_is_error, int64 *token)
+				bool timeout_is_error, int64 *token, int64 *since)
 {
 	int64		deadline = timeout_ms < 0 ? PG_INT64_MAX : rw_now_ms() + timeout_ms;
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
@@ -328,9 +485,16 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		RwError		err;
 		int			acks;
 
-		status = rw_proto_acquire(rw_cluster_cmd(node, keys), keys, mode,
-								  held_mode, rw_lease_ms, intent, &result,
-								  &other, &acks, &err);
+		bool		split = false;
+
+		*since = rw_now_ms();
+		if (rw_quorum_size(node) > 0)
+			status = wait_try_quorum(node, keys, name, mode, held_mode, intent,
+									 &result, &other, &split, &err);
+		else
+			status = rw_proto_acquire(rw_cluster_cmd(node, keys), keys, mode,
+									  held_mode, rw_lease_ms, intent, &result,
+									  &other, &acks, &err);
 		if (status == RW_ACQ_FAILED && !err.maybe_sent &&
 			wait_redirected(node, name, &err, &redirected_since))
 			continue;
@@ -351,7 +515,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		if (status == RW_ACQ_FAILED)
 		{
 			if (err.maybe_sent)
-				rw_release_owe(node, name, keys,
+				rw_release_owe(node, -1, name, keys,
 							   held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING,
 							   rw_lease_ms);
 			wait_end(true);
@@ -391,6 +555,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		/* Never sleep past the blocker's lease, or let our mark lapse. */
 		if (intent > 0)
 			result = Min(result, intent / 2);
+		if (split)
+			result = Min(result, wait_split_pause());
 		wait_sleep(left < 0 ? result : Min(result, left));
 		CHECK_FOR_INTERRUPTS();
 	}

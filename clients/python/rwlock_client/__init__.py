@@ -17,6 +17,10 @@ The protocol's Lua scripts ship inside the package (copied from the
 repository's lua/ when it was built); run from a checkout, the repository's
 lua/ is used. Override with lua_dir= or $RWLOCK_LUA_DIR.
 
+Quorum mode (experimental, synchronous): rwlock_client.QuorumClient holds
+locks on a majority of independent masters, as SQL sessions whose
+rwlock.redis_url lists several URLs (rwlock_client.quorum).
+
 A Lock object is one holder (one owner id) and is meant for one thread at a
 time. Leases are renewed every third of the lease until release(). A release
 whose answer did not come is owed: it is sent again, on the same connection
@@ -29,6 +33,7 @@ from ._protocol import (INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, PROTOCOL_VERSION, SC
                         RWLockError, UpgradeConflict, default_lua_dir, encode_name,
                         load_scripts, lock_keys)
 from ._sync import Client, Lock, sentinel_redis
+from .quorum import QuorumClient
 
 if TYPE_CHECKING:
     from .aio import AsyncClient, AsyncLock
@@ -47,6 +52,6 @@ __all__ = [
     "Client", "Lock", "AsyncClient", "AsyncLock", "RWLockError",
     "ProtocolVersionError", "LockTimeout", "UpgradeConflict",
     "ReplicasNotAcknowledged", "lock_keys", "encode_name", "sentinel_redis",
-    "load_scripts", "default_lua_dir",
+    "load_scripts", "default_lua_dir", "QuorumClient",
 ]
 __version__ = "1.1.0"

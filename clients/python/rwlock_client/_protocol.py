@@ -20,7 +20,7 @@ INTENT_MS = 2000          # lease of a waiting caller's mark (as the SQL side)
 KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
 NAME_MAX = 1024           # bytes: the longest name the SQL side accepts
 POLL_S = 0.05             # sleep between tries when subscribing failed
-SCRIPTS = ("acquire", "release", "renew", "info")
+SCRIPTS = ("acquire", "release", "renew", "info", "fence")   # fence: quorum mode
 
 # acquire.lua ARGV[7]: what the caller already holds of the name.
 HOLDS_READ = "r"          # its read lock: this acquisition is an upgrade

@@ -50,11 +50,13 @@ class Run:
 
 class Pipe:
     """Several script calls (and WAIT) in one round trip, on one connection,
-    in order: (replies, acks or None)."""
-    __slots__ = ("name", "calls", "wait")
+    in order: (replies, acks or None). tail: raw commands sent after them
+    (as ("INFO", "server")), their replies then a third item."""
+    __slots__ = ("name", "calls", "wait", "tail")
 
-    def __init__(self, name: str, calls: Sequence[Call], wait: bool) -> None:
-        self.name, self.calls, self.wait = name, calls, wait
+    def __init__(self, name: str, calls: Sequence[Call], wait: bool,
+                 tail: Sequence[Sequence[Any]] = ()) -> None:
+        self.name, self.calls, self.wait, self.tail = name, calls, wait, tail
 
 
 class BaseClient:
@@ -120,22 +122,28 @@ class BaseClient:
     def _keys(self, name: str) -> List[str]:
         return list(p.lock_keys(self.prefix, name)[:2])
 
-    def _fill(self, pipe: Any, calls: Sequence[Call], keys: List[str], wait: bool) -> None:
+    def _fill(self, pipe: Any, calls: Sequence[Call], keys: List[str], wait: bool,
+              tail: Sequence[Sequence[Any]] = ()) -> None:
         for script, args in calls:
             pipe.evalsha(self._shas[script], 2, *keys, *args)
         if wait:
             pipe.execute_command("WAIT", self.wait_replicas,
                                  max(1, int(self.wait_replicas_timeout * 1000)))
+        for command in tail:
+            pipe.execute_command(*command)
 
     @staticmethod
     def _noscript(replies: Sequence[Any]) -> bool:
         return any(isinstance(r, redis.exceptions.NoScriptError) for r in replies)
 
-    def _checked(self, name: str, replies: Sequence[Any], wait: bool):
-        """(script replies, acks or None); raises the first error reply."""
+    def _checked(self, name: str, replies: Sequence[Any], wait: bool, tail: int = 0):
+        """(script replies, acks or None), and with tail the last `tail`
+        replies as a third item; raises the first error reply."""
         for r in replies:
             if isinstance(r, Exception):
                 raise p.version_error(name, r) or r
+        if tail:
+            return self._checked(name, replies[:-tail], wait) + (list(replies[-tail:]),)
         if wait:
             return list(replies[:-1]), int(replies[-1])
         return list(replies), None
@@ -146,7 +154,9 @@ class BaseClient:
         return p.parse_info((yield Run("info", name, [PROTOCOL_VERSION])))
 
     def _acquire_g(self, name: str, owner: str, mode: str, lease_ms: int,
-                   intent_ms: int, upgrade: bool = False):
+                   intent_ms: int, upgrade: bool = False, tail: Sequence[Sequence[Any]] = ()):
+        """acquire.lua: its outcome (acquire_outcome); with tail (raw commands
+        sent after it in the same round trip), (outcome, their replies)."""
         args = p.acquire_args(owner, mode, lease_ms, intent_ms, upgrade)
         owed = self._owed.get(name)
         if owed and not self._pipelines:
@@ -154,15 +164,18 @@ class BaseClient:
                 yield from self._release_g(name, o, keep, lm)   # each answered first
             owed = []
         wait = self.wait_replicas > 0
-        if owed or wait:
+        out: Any = None
+        if owed or wait or tail:
             # Owed releases of this name go first, on the same connection.
             calls = [("release", p.release_args(o, k, lm)) for o, k, lm in owed]
-            replies, acks = yield Pipe(name, calls + [("acquire", args)], wait)
+            out = yield Pipe(name, calls + [("acquire", args)], wait, tail)
+            replies, acks = out[0], out[1]
             self._owed.done(name, [o for o, _, _ in owed])
             reply = replies[-1]
         else:
             reply, acks = (yield Run("acquire", name, args)), None
-        return p.acquire_outcome(reply, acks, self.wait_replicas)
+        outcome = p.acquire_outcome(reply, acks, self.wait_replicas)
+        return (outcome, out[2]) if tail else outcome
 
     def _release_g(self, name: str, owner: str, keep: str, lease_ms: int = 0):
         """release.lua; one whose answer does not come is owed."""
@@ -236,14 +249,14 @@ class Client(BaseClient):
                 raise p.version_error(step.name, e) or e
         for attempt in (0, 1):
             pipe = self.redis.pipeline(transaction=False)
-            self._fill(pipe, step.calls, keys, step.wait)
+            self._fill(pipe, step.calls, keys, step.wait, step.tail)
             replies = pipe.execute(raise_on_error=False)
             if attempt == 0 and self._noscript(replies):
                 for body in self._bodies.values():
                     self.redis.script_load(body)
                 continue
             break
-        return self._checked(step.name, replies, step.wait)
+        return self._checked(step.name, replies, step.wait, len(step.tail))
 
 
     def _subscribe(self, channel: str):

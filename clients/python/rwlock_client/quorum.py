@@ -1,0 +1,246 @@
+"""Quorum mode (experimental; the repository's README says what it promises
+and under which timing assumptions): a lock held on a majority of an odd
+number of independent masters, sharing locks with SQL sessions whose
+rwlock.redis_url lists the same masters (docs/protocol.md 13.3).
+
+    from rwlock_client import QuorumClient
+
+    locks = QuorumClient.from_urls("redis://a:6379/0 redis://b:6379/0 redis://c:6379/0",
+                                   max_lease=60.0)      # = rwlock.quorum_max_lease
+
+Synchronous only. The Lock objects are the package's Lock: the waiting
+algorithm, renewal thread and owed releases are those of Client; the
+quorum's members are each a Client of one master.
+"""
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import redis
+
+from . import _protocol as p
+from ._protocol import BUSY, CONFLICT, GRANTED, PROTOCOL_VERSION
+from ._sync import Client, Run
+
+__all__ = ["QuorumClient", "SPLIT_PAUSE_MS"]
+
+SPLIT_PAUSE_MS = (10, 100)  # the random pause after a split vote
+
+# A member's vote: (GRANTED|BUSY|CONFLICT, token|ms|other owner, counts), or
+# (None, the error, False) when it could not be asked.
+Vote = Tuple[Optional[int], Any, bool]
+
+
+class _QuorumPubSub:
+    """The subscriptions on several masters as one: get_message polls each."""
+
+    POLL = 0.005
+
+    def __init__(self, pubsubs: List[Any]) -> None:
+        self.pubsubs = pubsubs
+
+    def get_message(self, timeout: float = 0.0) -> Any:
+        end = time.monotonic() + timeout
+        while True:
+            for ps in self.pubsubs:
+                m = ps.get_message(timeout=0)
+                if m:
+                    return m
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(left, self.POLL))
+
+    def close(self) -> None:
+        for ps in self.pubsubs:
+            ps.close()
+
+
+class QuorumClient(Client):
+    """Quorum mode (experimental): locks held on a majority of an odd number
+    (3 or more) of independent Redis masters, as the SQL extension holds
+    them when rwlock.redis_url lists several URLs (docs/protocol.md 13.3).
+
+    A grant needs a majority of the masters that count, within the lease
+    less the time spent less drift * lease less 2 ms; a write grant's token
+    is raised on a majority to the largest any master returned (fence.lua)
+    before it is returned; renewals and releases go to every master. A master
+    counts once it has been up for max_lease (INFO uptime, read in the same
+    round trip as each acquisition), or at once if it persists every write
+    (appendonly yes, appendfsync always). Leases are capped at max_lease.
+    drift and max_lease must be the SQL side's rwlock.quorum_drift and
+    rwlock.quorum_max_lease. The masters are asked one after the other."""
+
+    def __init__(self, redis_clients: Iterable[Any], prefix: str = "rwlock",
+                 lease: float = 30.0, lua_dir: Optional[str] = None,
+                 subscribe_timeout: float = 2.0, drift: float = 0.01,
+                 max_lease: float = 60.0) -> None:
+        redis_clients = list(redis_clients)
+        if len(redis_clients) < 3 or len(redis_clients) % 2 == 0:
+            raise ValueError("a quorum is an odd number of masters, at least 3")
+        self.max_lease = float(max_lease)
+        self.drift = float(drift)
+        lease = min(float(lease), self.max_lease)
+        super().__init__(redis_clients[0], prefix, lease, lua_dir, subscribe_timeout)
+        self.members = [Client(r, prefix, lease, lua_dir, subscribe_timeout)
+                        for r in redis_clients]
+        self.majority = len(self.members) // 2 + 1
+        self._persists: Dict[Tuple[int, Any], bool] = {}  # (member, run_id) -> fsyncs every write
+
+    @classmethod
+    def from_urls(cls, urls: Any, redis_kwargs: Optional[dict] = None,
+                  **kwargs: Any) -> "QuorumClient":
+        """The masters' redis://, rediss:// or unix:// URLs, a list or one
+        string separated by white space (as rwlock.redis_url)."""
+        if isinstance(urls, str):
+            urls = urls.split()
+        return cls([cls._redis_class.from_url(u, **(redis_kwargs or {})) for u in urls],
+                   **kwargs)
+
+    def write_lock(self, name: str, lease: Optional[float] = None,
+                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+        """A Lock for the write lock of `name`; its lease capped at max_lease."""
+        return super().write_lock(name, min(lease or self.lease, self.max_lease),
+                                  timeout, on_lost)
+
+    def read_lock(self, name: str, lease: Optional[float] = None,
+                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+        """A Lock for the read lock of `name`; its lease capped at max_lease."""
+        return super().read_lock(name, min(lease or self.lease, self.max_lease),
+                                 timeout, on_lost)
+
+    def info(self, name: str) -> Dict[str, Any]:
+        """The lock as the first master that answers has it."""
+        for m in self.members[:-1]:
+            try:
+                return m.info(name)
+            except redis.exceptions.ConnectionError:
+                pass
+        return self.members[-1].info(name)
+
+    # -- acquiring: a vote of the members -----------------------------------------
+
+    def _counts(self, i: int, info: Dict[str, Any]) -> bool:
+        """Whether member i, whose INFO server is info, counts toward a majority."""
+        key = (i, info.get("run_id"))
+        if key not in self._persists:
+            try:
+                r = self.members[i].redis
+                self._persists[key] = (
+                    p.text(r.config_get("appendonly").get("appendonly")) == "yes" and
+                    p.text(r.config_get("appendfsync").get("appendfsync")) == "always")
+            except redis.exceptions.RedisError:
+                self._persists[key] = False
+        return self._persists[key] or \
+            int(info.get("uptime_in_seconds", 0)) >= self.max_lease + 1
+
+    def _vote(self, i: int, name: str, owner: str, mode: str, lease_ms: int,
+              intent_ms: int, upgrade: bool) -> Vote:
+        """Member i's answer, its INFO server read in the same round trip
+        (behind the releases it owes for name, as any acquisition)."""
+        try:
+            (status, value), (info,) = self.members[i]._acquire(
+                name, owner, mode, lease_ms, intent_ms, upgrade, (("INFO", "server"),))
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+            return None, e, False
+        return status, value, status == CONFLICT or self._counts(i, info)
+
+    def _undo(self, name: str, owner: str, votes: List[Vote], held: str, split: bool,
+              mode: str, lease_ms: int) -> None:
+        """Release what members granted (or may have); after a split vote a
+        writer gives up its places in every queue (they may disagree in a
+        cycle)."""
+        for i, (status, _, _) in enumerate(votes):
+            keep = None
+            if status in (GRANTED, None):
+                keep = held
+            elif status == BUSY and split and mode == "w":
+                keep = "q"
+            if keep is not None:
+                try:
+                    self.members[i]._release(name, owner, keep, lease_ms)
+                except redis.exceptions.RedisError:
+                    pass    # owed to that member; its lease frees it meanwhile
+
+    def _acquire(self, name: str, owner: str, mode: str, lease_ms: int,
+                 intent_ms: int, upgrade: bool = False) -> Tuple[int, Any]:
+        lease_ms = min(lease_ms, p.ms(self.max_lease))
+        start = time.monotonic()
+        votes = [self._vote(i, name, owner, mode, lease_ms, intent_ms, upgrade)
+                 for i in range(len(self.members))]
+
+        def in_time() -> bool:
+            return lease_ms / 1000.0 * (1 - self.drift) - (time.monotonic() - start) - 0.002 > 0
+        granted = [i for i, v in enumerate(votes) if v[0] == GRANTED]
+        counted = [i for i in granted if votes[i][2]]
+        conflict = next((v[1] for v in votes if v[0] == CONFLICT), None)
+        if conflict is None and len(counted) >= self.majority and in_time():
+            token = max(votes[i][1] for i in granted)
+            if mode == "r" or (self._fence(name, owner, token, votes, granted) >= self.majority
+                               and in_time()):
+                return GRANTED, token
+        self._undo(name, owner, votes, "r" if upgrade else "", bool(granted), mode, lease_ms)
+        if conflict is not None:
+            return CONFLICT, conflict
+        answered = sum(1 for v in votes if v[0] is not None and v[2])
+        if answered < self.majority:
+            raise redis.exceptions.ConnectionError(
+                "only %d of the %d Redis masters of the quorum answered and count "
+                "toward a majority (%d needed)" % (answered, len(votes), self.majority))
+        if granted:
+            return BUSY, random.randint(*SPLIT_PAUSE_MS)
+        return BUSY, min(v[1] for v in votes if v[0] == BUSY)
+
+    def _fence(self, name: str, owner: str, token: int, votes: List[Vote],
+               granted: List[int]) -> int:
+        """Raise the token on the granting members below it; how many of
+        those that count have it now."""
+        have = 0
+        for i in granted:
+            ok = votes[i][1] >= token
+            if not ok:
+                try:
+                    ok = int(self.members[i]._io(Run(
+                        "fence", name, [PROTOCOL_VERSION, owner, str(token)]))) == 1
+                except redis.exceptions.RedisError:
+                    pass
+            have += ok and votes[i][2]
+        return have
+
+    # -- renewing, releasing, waiting: every member -----------------------------------
+
+    def _each(self, call: Callable[[Client], int]) -> List[Any]:
+        """call(member) on every member: [result, or the exception]."""
+        out: List[Any] = []
+        for m in self.members:
+            try:
+                out.append(call(m))
+            except redis.exceptions.RedisError as e:
+                out.append(e)
+        return out
+
+    def _count(self, answers: List[Any], what: str) -> int:
+        """1 if a majority answered 1, 0 if no majority can, else raise."""
+        yes = sum(1 for a in answers if a == 1)
+        no = sum(1 for a in answers if a == 0)
+        if yes >= self.majority:
+            return 1
+        if len(answers) - no < self.majority:
+            return 0
+        raise redis.exceptions.ConnectionError(
+            "too few of the %d Redis masters of the quorum answered the %s"
+            % (len(answers), what))
+
+    def _release(self, name: str, owner: str, keep: str, lease_ms: int = 0) -> int:
+        return self._count(self._each(lambda m: m._release(name, owner, keep, lease_ms)),
+                           "release")
+
+    def _renew(self, name: str, owner: str, lease_ms: int) -> int:
+        lease_ms = min(lease_ms, p.ms(self.max_lease))
+        return self._count(self._each(lambda m: m._renew(name, owner, lease_ms)), "renewal")
+
+    def _subscribe(self, channel: str) -> Optional[_QuorumPubSub]:
+        subs = [ps for ps in (m._subscribe(channel) for m in self.members) if ps]
+        return _QuorumPubSub(subs) if subs else None

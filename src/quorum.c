@@ -1,0 +1,561 @@
+/*-------------------------------------------------------------------------
+ *
+ * quorum.c
+ *	  Quorum mode (experimental): a lock held on a majority of independent
+ *	  Redis masters, for a node whose rwlock.redis_url lists several URLs.
+ *
+ * Such a node (the logical node: what a hold, its owed releases and the
+ * keeper's records belong to) has one plain member node per URL, each with
+ * its own command and subscriber connections, authenticated like any
+ * other; the logical node's own connections are never opened. What the
+ * callers get here:
+ *	  acquisition  sent to every member at once (written to all, then each
+ *				   answer read with what is left of the time), counted:
+ *				   granted when a majority of the members that count
+ *				   granted it within the lease less the time spent and
+ *				   less the drift margin (rwlock.quorum_drift); a write
+ *				   grant's fencing token is then raised on the granting
+ *				   members to the largest any returned (fence.lua), and
+ *				   counts only once a majority has it. What to undo when
+ *				   it is not granted is the caller's (waiting.c, through
+ *				   release.c, so releases owed stay ordered per member).
+ *	  renewal	   on every member; a hold is renewed when a majority
+ *				   renewed it, lost when a majority can no longer have it.
+ *	  members that count: one whose Redis has been up for less than
+ *				   rwlock.quorum_max_lease (checked on every new
+ *				   connection, INFO's uptime) may have restarted empty
+ *				   while it held locks that a majority relied on, so it
+ *				   does not count toward a majority until it has been up
+ *				   that long, unless it persists every write (CONFIG GET:
+ *				   appendonly yes and appendfsync always). The lease of a
+ *				   hold is capped at rwlock.quorum_max_lease.
+ *	  a member that failed (no connection, no answer in time) is not asked
+ *				   again for RW_QUORUM_RETRY_MS: a stopped Redis costs one
+ *				   timeout a second, not one per call.
+ *
+ * Never throws (but on out of memory); no ereport.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "rwlock.h"
+
+#include "utils/memutils.h"
+
+#define RW_QUORUM_RETRY_MS	1000	/* a failed member is left alone so long */
+#define RW_QUORUM_MARGIN_MS 2	/* added to the drift, as Redlock does */
+
+typedef struct RwQuorum
+{
+	int			n;
+	RwNode	   *members;		/* in URL order, linked by next */
+	RwNode	  **member;			/* the same, by index */
+	uint64	   *checked_opens;	/* member's cmd.opens when last checked */
+	int64	   *counts_from_ms; /* monotonic: counts toward a majority then */
+	int64	   *retry_ms;		/* monotonic: not asked before this */
+	char	  **run_id;			/* of the Redis last checked, or NULL */
+} RwQuorum;
+
+/* Make a quorum node's members, one plain node per URL. */
+void
+rw_quorum_attach(RwNode *node)
+{
+	MemoryContext old;
+	RwQuorum   *q;
+	char	   *why;
+
+	if (node->ep.nquorum == 0)
+		return;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	q = palloc0(sizeof(RwQuorum));
+	q->n = node->ep.nquorum;
+	q->member = palloc0(sizeof(RwNode *) * q->n);
+	q->checked_opens = palloc0(sizeof(uint64) * q->n);
+	q->counts_from_ms = palloc0(sizeof(int64) * q->n);
+	q->retry_ms = palloc0(sizeof(int64) * q->n);
+	q->run_id = palloc0(sizeof(char *) * q->n);
+	for (int i = q->n - 1; i >= 0; i--)
+	{
+		RwNode	   *m = palloc0(sizeof(RwNode));
+
+		/* The logical node's spec was checked whole: its parts parse. */
+		if (!rw_parse_url(node->ep.quorum_specs[i], &m->ep, &why))
+			elog(ERROR, "rwlock.redis_url became invalid: %s", why);
+		m->cmd.node = m;
+		m->sub.node = m;
+		m->sub.is_subscriber = true;
+		m->next = q->members;
+		q->members = m;
+		q->member[i] = m;
+	}
+	node->quorum = q;
+	MemoryContextSwitchTo(old);
+}
+
+/* Close the members' connections and free them (the node goes). */
+void
+rw_quorum_detach(RwNode *node)
+{
+	RwQuorum   *q = node->quorum;
+
+	if (q == NULL)
+		return;
+	for (int i = 0; i < q->n; i++)
+	{
+		rw_conn_close(&q->member[i]->cmd);
+		rw_conn_close(&q->member[i]->sub);
+		pfree(q->member[i]);
+		if (q->run_id[i] != NULL)
+			pfree(q->run_id[i]);
+	}
+	pfree(q->member);
+	pfree(q->checked_opens);
+	pfree(q->counts_from_ms);
+	pfree(q->retry_ms);
+	pfree(q->run_id);
+	pfree(q);
+	node->quorum = NULL;
+}
+
+/* How many members a quorum node has: 0 for another node. */
+int
+rw_quorum_size(RwNode *node)
+{
+	return node->quorum ? node->quorum->n : 0;
+}
+
+/* Member i of a quorum node. */
+RwNode *
+rw_quorum_member(RwNode *node, int i)
+{
+	return node->quorum->member[i];
+}
+
+/* The smallest number of members that is a majority. */
+int
+rw_quorum_majority(RwNode *node)
+{
+	return node->quorum->n / 2 + 1;
+}
+
+/* For walking the member nodes of a cluster or a quorum (else NULL). */
+RwNode *
+rw_node_members(RwNode *node)
+{
+	return node->quorum ? node->quorum->members : rw_cluster_members(node);
+}
+
+/* The lease of a new hold on the node: capped in quorum mode. */
+int
+rw_quorum_lease(RwNode *node)
+{
+	return node->quorum ? Min(rw_lease_ms, rw_quorum_max_lease_ms) : rw_lease_ms;
+}
+
+/* Whether member i may be asked now (it did not fail a moment ago). */
+bool
+rw_quorum_may_ask(RwNode *node, int i)
+{
+	return rw_now_ms() >= node->quorum->retry_ms[i];
+}
+
+/* Member i failed: leave it alone for a while. */
+void
+rw_quorum_failed(RwNode *node, int i, const RwError *err)
+{
+	if (err->kind != RW_ERR_INTERRUPTED && err->kind != RW_ERR_REPLY)
+		node->quorum->retry_ms[i] = rw_now_ms() + RW_QUORUM_RETRY_MS;
+}
+
+/* The value of "field:" in INFO's text, or NULL. */
+static const char *
+quorum_info_field(const char *info, const char *field)
+{
+	const char *p = strstr(info, field);
+
+	return p ? p + strlen(field) : NULL;
+}
+
+/* Whether a CONFIG GET answer ([name, value]) has the value `want`. */
+static bool
+quorum_config_is(redisReply *r, const char *want)
+{
+	return r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		r->element[1]->type == REDIS_REPLY_STRING &&
+		pg_strcasecmp(r->element[1]->str, want) == 0;
+}
+
+/*
+ * Check member i's Redis on a new connection: from when it counts toward a
+ * majority (its uptime, or persistence of every write), and its run_id
+ * (redis_connection_info). A CONFIG GET that ACLs refuse means no proof of
+ * persistence. False, with *err, if the connection failed.
+ */
+static bool
+quorum_check_member(RwNode *node, int i, RwError *err)
+{
+	RwQuorum   *q = node->quorum;
+	RwConn	   *conn = &q->member[i]->cmd;
+	const char *info[2] = {"INFO", "server"};
+	const char *aof[3] = {"CONFIG", "GET", "appendonly"};
+	const char *fsync[3] = {"CONFIG", "GET", "appendfsync"};
+	redisReply *r[3];
+	const char *up;
+	const char *id;
+	int64		uptime_ms;
+	bool		persists;
+
+	rw_append(conn, 2, info, NULL, NULL);
+	rw_append(conn, 3, aof, NULL, NULL);
+	rw_append(conn, 3, fsync, NULL, NULL);
+	if (!rw_exchange(conn, 3, r, err))
+		return false;
+	up = r[0]->type == REDIS_REPLY_STRING ?
+		quorum_info_field(r[0]->str, "uptime_in_seconds:") : NULL;
+	/* Unknown uptime: as if it had just started. */
+	uptime_ms = up ? (int64) strtol(up, NULL, 10) * 1000 : 0;
+	id = r[0]->type == REDIS_REPLY_STRING ?
+		quorum_info_field(r[0]->str, "run_id:") : NULL;
+	persists = quorum_config_is(r[1], "yes") && quorum_config_is(r[2], "always");
+	if (q->run_id[i] != NULL)
+		pfree(q->run_id[i]);
+	q->run_id[i] = NULL;
+	if (id != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		q->run_id[i] = pnstrdup(id, strcspn(id, "\r\n"));
+		MemoryContextSwitchTo(old);
+	}
+	/* Uptime is whole seconds: a second more, to be sure. */
+	q->counts_from_ms[i] = persists ? 0 :
+		rw_now_ms() + Max(rw_quorum_max_lease_ms + 1000 - uptime_ms, 0);
+	q->checked_opens[i] = conn->opens;
+	for (int k = 0; k < 3; k++)
+		freeReplyObject(r[k]);
+	return true;
+}
+
+/*
+ * Open member i's command connection if need be and check its Redis if the
+ * connection is new. False, with *err, on failure.
+ */
+static bool
+quorum_ready(RwNode *node, int i, RwError *err)
+{
+	RwQuorum   *q = node->quorum;
+	RwConn	   *conn = &q->member[i]->cmd;
+
+	if (!rw_conn_ensure(conn, err))
+		return false;
+	if (q->checked_opens[i] != conn->opens)
+		return quorum_check_member(node, i, err);
+	return true;
+}
+
+/*
+ * Whether member i counts toward a majority now (and its run_id): its
+ * command connection is the one whose Redis was checked, and that Redis
+ * has been up long enough (or persists every write).
+ */
+bool
+rw_quorum_counts(RwNode *node, int i, const char **run_id)
+{
+	RwQuorum   *q = node->quorum;
+
+	if (run_id)
+		*run_id = q->run_id[i];
+	return q->checked_opens[i] != 0 &&
+		q->checked_opens[i] == q->member[i]->cmd.opens &&
+		rw_now_ms() >= q->counts_from_ms[i];
+}
+
+/* Send the acquisition to every member asked; votes[i] of those not. */
+static void
+quorum_send_all(RwNode *node, const RwKeys *keys, RwMode mode,
+				RwMode held_mode, int intent_ms, const bool *ask,
+				RwAcquireCall *calls, RwVote *votes)
+{
+	RwQuorum   *q = node->quorum;
+
+	for (int i = 0; i < q->n; i++)
+	{
+		RwVote	   *v = &votes[i];
+
+		memset(v, 0, sizeof(*v));
+		v->status = RW_ACQ_FAILED;
+		v->sent = false;
+		if (!ask[i])
+		{
+			v->err.kind = RW_ERR_CONNECT;
+			strlcpy(v->err.msg, "not asked (it failed a moment ago)", sizeof(v->err.msg));
+			continue;
+		}
+		if (!quorum_ready(node, i, &v->err) ||
+			!rw_proto_acquire_send(&q->member[i]->cmd, keys, mode, held_mode,
+								   rw_quorum_lease(node), intent_ms,
+								   &calls[i], &v->err))
+		{
+			rw_quorum_failed(node, i, &v->err);
+			continue;
+		}
+		v->sent = true;
+		v->counts = rw_quorum_counts(node, i, NULL);
+	}
+}
+
+/* Read every answer, each within what is left of its own timeout. */
+static void
+quorum_collect_all(RwNode *node, RwAcquireCall *calls, RwVote *votes)
+{
+	RwQuorum   *q = node->quorum;
+
+	for (int i = 0; i < q->n; i++)
+	{
+		RwVote	   *v = &votes[i];
+		int			acks;
+
+		if (!v->sent)
+			continue;
+		v->status = rw_proto_acquire_collect(&q->member[i]->cmd, &calls[i],
+											 &v->result, &v->other, &acks,
+											 &v->err);
+		if (v->status == RW_GRANTED_UNACKED)
+			v->status = RW_GRANTED;		/* wait_replicas has no say here */
+		if (v->status == RW_ACQ_FAILED)
+			rw_quorum_failed(node, i, &v->err);
+	}
+}
+
+/* Whether a grant that started at started_ms still has time left. */
+static bool
+quorum_in_time(RwNode *node, int64 started_ms)
+{
+	int			lease = rw_quorum_lease(node);
+	double		validity = lease - (rw_now_ms() - started_ms) -
+		lease * rw_quorum_drift - RW_QUORUM_MARGIN_MS;
+
+	return validity > 0;
+}
+
+/*
+ * Raise the token on the granting members below the largest (fence.lua),
+ * all at once; those that do not count yet too (it costs nothing, and they
+ * will count). Returns how many members that count now have it.
+ */
+static int
+quorum_fence(RwNode *node, const RwKeys *keys, int64 token,
+			 RwAcquireCall *calls, RwVote *votes)
+{
+	RwQuorum   *q = node->quorum;
+	bool	   *sent = palloc0(sizeof(bool) * q->n);
+	int			have = 0;
+
+	for (int i = 0; i < q->n; i++)
+	{
+		if (votes[i].status != RW_GRANTED)
+			continue;
+		if (votes[i].result >= token)
+			have += votes[i].counts;
+		else if (rw_proto_fence_send(&q->member[i]->cmd, keys, token,
+									 &calls[i], &votes[i].err))
+			sent[i] = true;
+	}
+	for (int i = 0; i < q->n; i++)
+		if (sent[i] && rw_proto_collect_held(&q->member[i]->cmd, &calls[i],
+											  &votes[i].err) == 1)
+			have += votes[i].counts;
+	pfree(sent);
+	return have;
+}
+
+/*
+ * The first failure among the votes, as the error of a quorum that could
+ * not be asked: an interrupt wins (it must be served).
+ */
+static void
+quorum_failure(RwNode *node, const RwVote *votes, int answered, RwError *err)
+{
+	const RwError *first = NULL;
+
+	for (int i = 0; i < node->quorum->n; i++)
+	{
+		if (votes[i].status != RW_ACQ_FAILED)
+			continue;
+		if (first == NULL || votes[i].err.kind == RW_ERR_INTERRUPTED)
+			first = &votes[i].err;
+	}
+	err->kind = first ? first->kind : RW_ERR_CONNECT;
+	if (err->kind == RW_ERR_REPLY)
+		err->kind = RW_ERR_LOST;
+	err->maybe_sent = false;
+	snprintf(err->msg, sizeof(err->msg),
+			 "only %d of the %d Redis nodes of the quorum answered and count toward a majority (%d needed)%s%s",
+			 answered, node->quorum->n, rw_quorum_majority(node),
+			 first ? "; first failure: " : "", first ? first->msg : "");
+}
+
+/*
+ * One try to take the lock on a majority of the quorum's members. ask[i]:
+ * whether member i may be asked (the caller queued the releases owed for
+ * the name there ahead of it). Returns:
+ *	  RW_GRANTED	a majority of the members that count granted it in
+ *					time, and (write) has the token: *result, the largest
+ *					token any granting member returned;
+ *	  RW_UPGRADE_CONFLICT  a member has another reader waiting to upgrade
+ *					(*other);
+ *	  RW_BUSY		no majority: *result is how long to sleep at most, ms;
+ *					*split if some members granted it (votes split);
+ *	  RW_ACQ_FAILED fewer members than a majority answered and count:
+ *					*err (class 08, or an interrupt).
+ * Unless RW_GRANTED, the caller undoes what votes[] say was granted (or
+ * may have been: RW_ACQ_FAILED with err.maybe_sent). Never throws.
+ */
+RwAcquireStatus
+rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
+				  RwMode held_mode, int intent_ms, const bool *ask,
+				  RwVote *votes, int64 *result, char **other, bool *split,
+				  RwError *err)
+{
+	RwQuorum   *q = node->quorum;
+	RwAcquireCall *calls = palloc(sizeof(RwAcquireCall) * q->n);
+	int64		started = rw_now_ms();
+	int			granted = 0,
+				answered = 0,
+				any_granted = 0;
+	int64		token = 0,
+				sleep_ms = PG_INT64_MAX;
+
+	quorum_send_all(node, keys, mode, held_mode, intent_ms, ask, calls, votes);
+	quorum_collect_all(node, calls, votes);
+	*split = false;
+	for (int i = 0; i < q->n; i++)
+	{
+		RwVote	   *v = &votes[i];
+
+		if (v->status == RW_UPGRADE_CONFLICT)
+		{
+			*other = v->other;
+			pfree(calls);
+			return RW_UPGRADE_CONFLICT;
+		}
+		if (v->status == RW_ACQ_FAILED || !v->counts)
+			continue;
+		answered++;
+		if (v->status == RW_GRANTED)
+			granted++;
+		else
+			sleep_ms = Min(sleep_ms, v->result);
+	}
+	for (int i = 0; i < q->n; i++)
+	{
+		if (votes[i].status == RW_GRANTED)
+		{
+			any_granted++;
+			token = Max(token, votes[i].result);
+		}
+	}
+	if (granted >= rw_quorum_majority(node) && quorum_in_time(node, started) &&
+		(mode == RW_READ ||
+		 quorum_fence(node, keys, token, calls, votes) >= rw_quorum_majority(node)) &&
+		quorum_in_time(node, started))
+	{
+		*result = token;
+		pfree(calls);
+		return RW_GRANTED;
+	}
+	pfree(calls);
+	if (answered < rw_quorum_majority(node))
+	{
+		quorum_failure(node, votes, answered, err);
+		return RW_ACQ_FAILED;
+	}
+	*split = any_granted > 0;
+	*result = sleep_ms == PG_INT64_MAX ? 1 : sleep_ms;
+	return RW_BUSY;
+}
+
+/*
+ * A member's renewal failed: noted, and the first failure (an interrupt
+ * first of all) kept in *err.
+ */
+static void
+quorum_renew_failed(RwNode *node, int m, const RwError *merr, RwError *err)
+{
+	rw_quorum_failed(node, m, merr);
+	if (err->kind == RW_OK || merr->kind == RW_ERR_INTERRUPTED)
+		*err = *merr;
+}
+
+/*
+ * Renew n holds on every member of a quorum (on a plain node or a cluster:
+ * rw_cluster_renew). held[i]: 1 if a majority of members renewed hold i
+ * (its lease runs lease_ms[i] from when this was called), 0 if so many
+ * members no longer have it that no majority can. Returns false, with
+ * *err, when a hold is neither: too few members answered (its lease runs
+ * out unless a later renewal finds a majority). Never throws.
+ */
+bool
+rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
+				const int *lease_ms, int n, int *held, RwError *err)
+{
+	RwQuorum   *q = node->quorum;
+	int		   *yes = palloc0(sizeof(int) * n);
+	int		   *no = palloc0(sizeof(int) * n);
+	int		   *one = palloc(sizeof(int) * n);
+	RwRenewCall rcs[RW_QUORUM_MAX];
+	bool		sent[RW_QUORUM_MAX];
+	int			maj;
+	bool		decided = true;
+
+	if (q == NULL)
+		return rw_cluster_renew(node, keys, owners, lease_ms, n, held, err);
+	maj = rw_quorum_majority(node);
+	err->kind = RW_OK;
+	/* Sent to all first, then each answer read (interrupted ones fail fast). */
+	for (int m = 0; m < q->n; m++)
+	{
+		RwError		merr;
+
+		sent[m] = rw_quorum_may_ask(node, m) &&
+			rw_proto_renew_send(&q->member[m]->cmd, keys, owners, lease_ms, n,
+								&rcs[m], &merr);
+		if (!sent[m] && rw_quorum_may_ask(node, m))
+			quorum_renew_failed(node, m, &merr, err);
+	}
+	for (int m = 0; m < q->n; m++)
+	{
+		RwError		merr;
+
+		if (!sent[m])
+			continue;
+		if (!rw_proto_renew_collect(&q->member[m]->cmd, &rcs[m], one, NULL, &merr))
+		{
+			quorum_renew_failed(node, m, &merr, err);
+			continue;
+		}
+		for (int i = 0; i < n; i++)
+		{
+			yes[i] += one[i] == 1;
+			no[i] += one[i] == 0;
+		}
+	}
+	for (int i = 0; i < n; i++)
+	{
+		held[i] = yes[i] >= maj ? 1 : (q->n - no[i] < maj ? 0 : -1);
+		decided &= held[i] >= 0;
+	}
+	if (!decided && err->kind != RW_ERR_INTERRUPTED)
+	{
+		RwError		first = *err;
+
+		err->kind = first.kind == RW_OK ? RW_ERR_LOST : first.kind;
+		snprintf(err->msg, sizeof(err->msg),
+				 "too few of the %d Redis nodes of the quorum renewed the leases (%d needed)%s%s",
+				 q->n, maj, first.kind != RW_OK ? "; first failure: " : "",
+				 first.kind != RW_OK ? first.msg : "");
+	}
+	pfree(yes);
+	pfree(no);
+	pfree(one);
+	return decided;
+}

@@ -1,0 +1,49 @@
+# RwlockQuorum.pm: independent Redis masters for the quorum-mode TAP tests
+# (rwlock.redis_url with several URLs): 3 or 5 plain redis-server processes
+# on loopback, ports 6402-6422 (the first free ones), stopped when the test
+# ends (RwlockTest's END block).
+package RwlockQuorum;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Exporter 'import';
+use RwlockTest;
+
+our @EXPORT = qw(quorum_start quorum_url quorum_restart_empty quorum_field);
+
+# Start $n masters; returns their ports.
+sub quorum_start
+{
+	my ($n) = @_;
+	my @ports;
+	for my $p (6402 .. 6422)
+	{
+		push @ports, redis_start($p) if RwlockTest::port_free($p);
+		return @ports if @ports == $n;
+	}
+	die "no $n free ports for Redis in 6402-6422";
+}
+
+# The setting's value: the masters' URLs, separated by spaces.
+sub quorum_url
+{
+	return join ' ', map { "redis://127.0.0.1:$_/0" } @_;
+}
+
+# Stop a master and start it again on its port, empty (no persistence).
+sub quorum_restart_empty
+{
+	my ($port) = @_;
+	redis_stop($port);
+	return redis_start($port);
+}
+
+# A field of a lock's hash on one master (e.g. 'f', the last write token).
+sub quorum_field
+{
+	my ($port, $prefix, $name, $field) = @_;
+	return redis_cli($port, 'HGET', "$prefix:{$name}", $field);
+}
+
+1;

@@ -455,7 +455,7 @@ rw_cluster_redirected(RwNode *node, RwError *err, int64 started)
 	return true;
 }
 
-/* Renew the batch of those in todo that conn serves; see rw_cluster_renew. */
+/* Renew the batch of those pending that conn serves; see rw_cluster_renew. */
 static bool
 cluster_renew_batch(RwConn *conn, int *batch, int nb, RwKeys **keys,
 					const char *const *owners, const int *lease_ms,
@@ -501,37 +501,37 @@ rw_cluster_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 				 const int *lease_ms, int n, int *held, RwError *err)
 {
 	int64		started = rw_now_ms();
-	int		   *todo = palloc(sizeof(int) * n);
+	int		   *pending = palloc(sizeof(int) * n);
 	int		   *batch = palloc(sizeof(int) * n);
 	char	  **why = palloc0(sizeof(char *) * n);
-	int			ntodo = n;
+	int			npending = n;
 	bool		any_ok = false;
 
 	if (node->cluster == NULL)
 		return rw_proto_renew(&node->cmd, keys, owners, lease_ms, n, held, NULL, err);
 	for (int i = 0; i < n; i++)
 	{
-		todo[i] = i;
+		pending[i] = i;
 		held[i] = -1;
 	}
-	while (ntodo > 0)
+	while (npending > 0)
 	{
 		int			nagain = 0;
 		const char *redirect = NULL;
 
 		/* Take the batch of the member serving the first left, until none. */
-		for (int left = ntodo; left > 0;)
+		for (int left = npending; left > 0;)
 		{
-			RwConn	   *conn = rw_cluster_cmd(node, keys[todo[nagain]]);
+			RwConn	   *conn = rw_cluster_cmd(node, keys[pending[nagain]]);
 			int			nb = 0;
 			int			rest = nagain;
 
 			for (int j = nagain; j < nagain + left; j++)
 			{
-				if (rw_cluster_cmd(node, keys[todo[j]]) == conn)
-					batch[nb++] = todo[j];
+				if (rw_cluster_cmd(node, keys[pending[j]]) == conn)
+					batch[nb++] = pending[j];
 				else
-					todo[rest++] = todo[j];
+					pending[rest++] = pending[j];
 			}
 			left = rest - nagain;
 			if (cluster_renew_batch(conn, batch, nb, keys, owners, lease_ms,
@@ -548,12 +548,12 @@ rw_cluster_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 					continue;
 				held[batch[k]] = -1;
 				redirect = why[batch[k]];
-				memmove(todo + nagain + 1, todo + nagain, sizeof(int) * left);
-				todo[nagain++] = batch[k];
+				memmove(pending + nagain + 1, pending + nagain, sizeof(int) * left);
+				pending[nagain++] = batch[k];
 			}
 		}
-		ntodo = nagain;
-		if (ntodo > 0)
+		npending = nagain;
+		if (npending > 0)
 		{
 			RwError		r = {RW_ERR_REPLY};
 

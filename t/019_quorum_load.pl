@@ -20,22 +20,12 @@ my $node = new_node('qload', port => $r[0], preload => 1, lease => '3s',
 	conf => "rwlock.redis_url = '$url'\nrwlock.quorum_max_lease = '3s'\n"
 	  . "max_connections = 30\n");
 sleep 4.5;    # the masters count once up for rwlock.quorum_max_lease
-my ($out, $err) = ('', '');
-my $ok = IPC::Run::run(
-	[ '/usr/bin/python3', "$FindBin::RealBin/../test/load.py" ],
-	'>', \$out, '2>', \$err,
-	init => sub {
-		$ENV{PGHOST} = $node->host;
-		$ENV{PGPORT} = $node->port;
-		$ENV{PGDATABASE} = 'postgres';
-		$ENV{RWLOCK_URL} = $url;
-		$ENV{FAILOVER_CMD} = "redis-cli -p $r[1] SHUTDOWN NOSAVE >/dev/null 2>&1";
-		$ENV{DURATION} = '12';
-		$ENV{SESSIONS} = '6';
-		$ENV{MIN_RATE} = '20';
-	});
-diag $out;
-diag $err if $err;
+my $ok = run_load($node,
+	RWLOCK_URL => $url,
+	FAILOVER_CMD => "redis-cli -p $r[1] SHUTDOWN NOSAVE >/dev/null 2>&1",
+	DURATION => '12',
+	SESSIONS => '6',
+	MIN_RATE => '20');
 ok($ok, 'load.py over a quorum of three, one master killed halfway: no lost update');
 is(redis_cli($r[1], 'PING'), '', 'that master was down');
 done_testing();

@@ -218,6 +218,8 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		/* Granted: from here to the record, nothing may throw. */
 		rw_holds_granted(h, want, tok, since);
 		rw_renew_scheduled(h->renewed_ms, h->lease_ms);
+		/* Recorded: releases of the name that bounced are moot now. */
+		rw_release_granted(node, name);
 	}
 	held_push(h, mode, level);
 	rw_holds_publish_modes(h);

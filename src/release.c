@@ -597,7 +597,9 @@ rw_release_settle_member(RwNode *node, int ix, const char *name, RwError *err)
 }
 
 /*
- * `name` was just granted on `node`. Every release owed for it went ahead of
+ * `name` was just granted on `node`, and the grant recorded (held.c: nothing
+ * that can throw stands between Redis's answer and the record, and this
+ * reads answers). Every release owed for it went ahead of
  * the acquisition on the same connection (rw_release_settle_name), so each
  * is answered by now; one that a Redis Cluster answered with a redirection
  * (MOVED, ASK, TRYAGAIN, CLUSTERDOWN: it did not run, and is unsent again)

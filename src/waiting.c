@@ -501,7 +501,6 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		redirected_since = 0;
 		if (status == RW_GRANTED)
 		{
-			rw_release_granted(node, name);
 			*token = result;
 			return true;
 		}

@@ -15,55 +15,14 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 use RwlockTest;
+use RwlockTls;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-my $certs = "$PostgreSQL::Test::Utils::tmp_check/certs";
-mkdir $certs;
-
-sub openssl
-{
-	my @cmd = ('openssl', @_);
-	my ($out, $err) = ('', '');
-	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err)
-	  or die "openssl @_ failed: $err";
-}
-
-# An EC key and a certificate signed by $ca (or self-signed: a CA).
-sub make_cert
-{
-	my ($name, %o) = @_;
-	openssl('genpkey', '-algorithm', 'EC', '-pkeyopt',
-		'ec_paramgen_curve:prime256v1', '-out', "$certs/$name.key");
-	chmod 0600, "$certs/$name.key";
-	if (!$o{ca})
-	{
-		openssl('req', '-x509', '-new', '-key', "$certs/$name.key",
-			'-out', "$certs/$name.crt", '-days', '3650', '-subj', "/CN=$name");
-		return;
-	}
-	openssl('req', '-new', '-key', "$certs/$name.key", '-out',
-		"$certs/$name.csr", '-subj', "/CN=$name");
-	my @ext;
-	if ($o{san})
-	{
-		open my $fh, '>', "$certs/$name.ext" or die;
-		print $fh "subjectAltName=$o{san}\n";
-		close $fh;
-		@ext = ('-extfile', "$certs/$name.ext");
-	}
-	openssl('x509', '-req', '-in', "$certs/$name.csr", '-CA', "$certs/$o{ca}.crt",
-		'-CAkey', "$certs/$o{ca}.key", '-set_serial', int(rand(1e9)),
-		'-out', "$certs/$name.crt", '-days', $o{days} // 365, @ext);
-}
-
-make_cert('ca');
-make_cert('otherca');
-make_cert('server', ca => 'ca', san => 'IP:127.0.0.1,DNS:localhost');
+my $certs = tls_certs();
 make_cert('wronghost', ca => 'ca', san => 'DNS:wrong.example');
 make_cert('expired', ca => 'ca', san => 'IP:127.0.0.1,DNS:localhost', days => -1);
-make_cert('client', ca => 'ca');
 
 # port => pid of each Redis started here. Stopped by signal at the end:
 # redis-cli cannot talk to the one whose certificate has expired.
@@ -75,21 +34,6 @@ END
 		kill 'CONT', $pid;
 		kill 'TERM', $pid;
 	}
-}
-
-# redis-cli over TLS, with the client certificate (accepted everywhere).
-sub tls_cli
-{
-	my ($port, @args) = @_;
-	IPC::Run::run(
-		[
-			'redis-cli', '--tls', '--cacert', "$certs/ca.crt",
-			'--cert', "$certs/client.crt", '--key', "$certs/client.key",
-			'-p', $port, @args
-		],
-		'>', \my $out, '2>', \my $err);
-	chomp $out;
-	return $out;
 }
 
 # A Redis with TLS only, with the server certificate $cert; clients must

@@ -1,10 +1,12 @@
-# RwlockCluster.pm: a Redis Cluster for the TAP tests: six redis-server
-# processes (--cluster-enabled yes --cluster-node-timeout 2000) on loopback,
-# joined by redis-cli --cluster create with one replica per master (three
-# masters, three replicas), all stopped when the test ends (RwlockTest's END
-# block: they are started by its redis_start). Ports: the first six free
-# ones from 7301 (another test's nodes still stopping are skipped); each
-# also uses port + 10000 for the cluster bus.
+# RwlockCluster.pm: a Redis Cluster for the TAP tests: by default six
+# redis-server processes (--cluster-enabled yes --cluster-node-timeout 2000)
+# on loopback, joined by redis-cli --cluster create with one replica per
+# master (three masters, three replicas); cluster_start(tls => 1) makes its
+# nodes speak TLS only (t/020). All are stopped when the test ends (plain
+# ones by RwlockTest's END block: they are started by its redis_start; TLS
+# ones by signal, below). Ports: the first free ones from 7301 (another
+# test's nodes still stopping are skipped); each also uses port + 10000 for
+# the cluster bus.
 package RwlockCluster;
 
 use strict;
@@ -12,6 +14,7 @@ use warnings FATAL => 'all';
 
 use Exporter 'import';
 use RwlockTest;
+use RwlockTls;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time sleep);
 
@@ -31,10 +34,16 @@ sub free_cluster_ports
 	die "no $n free port pairs from 7301";
 }
 
-# Start and join the cluster; returns { ports => [..] }.
+# Start and join the cluster; returns { ports => [..], cli => redis-cli }.
+# With tls => 1 (after RwlockTls::tls_certs()), the nodes speak TLS only,
+# to clients and on the cluster bus, with the server certificate, and
+# masters => N (default 3) masters with replicas => 0 or 1 (default 1) each.
 sub cluster_start
 {
-	my @ports = free_cluster_ports(6);
+	my (%o) = @_;
+	my $masters = $o{masters} // 3;
+	my $replicas = $o{replicas} // 1;
+	my @ports = free_cluster_ports($masters * (1 + $replicas));
 	for my $p (@ports)
 	{
 		my $dir = "$PostgreSQL::Test::Utils::tmp_check/redis$p";
@@ -44,28 +53,60 @@ sub cluster_start
 		unlink "$dir/nodes.conf", "$dir/dump.rdb";
 		# shutdown-timeout 0: a master stops at once when the test ends
 		# instead of waiting up to 10 s for its replicas to catch up.
-		redis_start($p, '--cluster-enabled', 'yes', '--cluster-node-timeout', '2000',
-			'--shutdown-timeout', '0',
-			'--cluster-config-file', "$dir/nodes.conf");
+		my @opts = ('--cluster-enabled', 'yes', '--cluster-node-timeout', '2000',
+			'--shutdown-timeout', '0', '--cluster-config-file', "$dir/nodes.conf");
+		if ($o{tls}) { tls_node_start($p, $dir, @opts); }
+		else { redis_start($p, @opts); }
 	}
+	my $c = { ports => \@ports, cli => $o{tls} ? \&tls_cli : \&redis_cli };
+	my @cli = $o{tls} ? tls_cli_args() : ();
 	my $out = '';
-	IPC::Run::run([ 'redis-cli', '--cluster', 'create',
-			(map { "127.0.0.1:$_" } @ports), '--cluster-replicas', '1', '--cluster-yes' ],
+	IPC::Run::run([ 'redis-cli', @cli, '--cluster', 'create',
+			(map { "127.0.0.1:$_" } @ports), '--cluster-replicas', $replicas, '--cluster-yes' ],
 		'>', \$out, '2>&1') or die "redis-cli --cluster create failed:\n$out";
-	my $c = { ports => \@ports };
 	cluster_wait_ok($c, 30) or die "the cluster did not settle";
 	return $c;
 }
 
-# Whether every node says cluster_state:ok and knows six nodes.
+# pids of the TLS nodes, stopped by signal when the test ends (RwlockTest's
+# END block shuts down only what plain redis-cli reaches).
+my %tls_pids;
+END { kill 'TERM', $_ for values %tls_pids; }
+
+# A cluster node that speaks TLS only (port 0), on its port and its bus.
+sub tls_node_start
+{
+	my ($port, $dir, @opts) = @_;
+	my $certs = tls_certs();
+	system('redis-server', '--port', '0', '--tls-port', $port, '--bind', '127.0.0.1',
+		'--tls-cluster', 'yes', '--tls-replication', 'yes',
+		'--tls-cert-file', "$certs/server.crt", '--tls-key-file', "$certs/server.key",
+		'--tls-ca-cert-file', "$certs/ca.crt", '--tls-auth-clients', 'optional',
+		'--save', '', '--appendonly', 'no', '--dir', $dir, '--daemonize', 'yes',
+		'--pidfile', "$dir/redis.pid", '--logfile', "$dir/redis.log", @opts) == 0
+	  or die "redis-server with TLS on port $port failed to start";
+	for (1 .. 100)
+	{
+		if (tls_cli($port, 'PING') eq 'PONG')
+		{
+			$tls_pids{$port} = slurp_file("$dir/redis.pid") + 0;
+			return;
+		}
+		sleep 0.05;
+	}
+	die "redis-server with TLS on port $port did not answer";
+}
+
+# Whether every node says cluster_state:ok and knows every node.
 sub cluster_ok
 {
 	my ($c) = @_;
 	for my $p (@{ $c->{ports} })
 	{
 		next if $c->{dead}{$p};
-		my $info = redis_cli($p, 'CLUSTER', 'INFO');
-		return 0 unless $info =~ /cluster_state:ok/ && $info =~ /cluster_known_nodes:6/;
+		my $info = $c->{cli}->($p, 'CLUSTER', 'INFO');
+		return 0 unless $info =~ /cluster_state:ok/
+		  && $info =~ /cluster_known_nodes:(\d+)/ && $1 == @{ $c->{ports} };
 	}
 	return 1;
 }
@@ -92,7 +133,7 @@ sub cluster_masters
 	{
 		next if $c->{dead}{$p};
 		my @m;
-		for my $line (split /\n/, redis_cli($p, 'CLUSTER', 'NODES'))
+		for my $line (split /\n/, $c->{cli}->($p, 'CLUSTER', 'NODES'))
 		{
 			my @f = split / /, $line;
 			next unless $f[2] =~ /master/ && $f[2] !~ /fail/ && @f > 8;
@@ -103,14 +144,15 @@ sub cluster_masters
 	return ();
 }
 
-# The slot ranges as a live node's CLUSTER SLOTS says: [from, to, master port]...
+# The slot ranges as a live node's CLUSTER SLOTS says (or node $only's):
+# [from, to, master port]...
 sub cluster_ranges
 {
-	my ($c) = @_;
-	for my $p (@{ $c->{ports} })
+	my ($c, $only) = @_;
+	for my $p ($only // @{ $c->{ports} })
 	{
 		next if $c->{dead}{$p};
-		my @l = split /\n/, redis_cli($p, 'CLUSTER', 'SLOTS');
+		my @l = split /\n/, $c->{cli}->($p, 'CLUSTER', 'SLOTS');
 		my @r;
 		# Flat output: start, end, host, port, id, (replica host, port, id)...
 		for (my $i = 0; $i + 3 < @l; $i++)

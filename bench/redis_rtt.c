@@ -8,6 +8,13 @@
  *   redis_rtt PORT SECONDS pair ACQ REL    µs per acquire.lua + release.lua
  *                                          pair (a real take and release,
  *                                          protocol 2)
+ *   redis_rtt PORT SECONDS chain           µs per request of a chain of three
+ *                                          processes: this one asks a child
+ *                                          (one byte over loopback TCP), the
+ *                                          child makes one EVALSHA "return 1"
+ *                                          round trip, then answers: the
+ *                                          shape of a SQL call that asks
+ *                                          Redis, without PostgreSQL
  *
  * Prints one number, µs per operation.
  */
@@ -15,6 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <hiredis/hiredis.h>
 
 static double
@@ -79,6 +92,67 @@ load(redisContext *c, const char *body)
 	return sha;
 }
 
+/*
+ * The chain: a child that, for each byte read from its client, makes the
+ * EVALSHA of a1 and writes the byte back; the client (this process) times
+ * the requests. Both ends set TCP_NODELAY, as PostgreSQL and hiredis do.
+ */
+static double
+chain(redisContext *c, const char **a1, int n1, double secs)
+{
+	struct sockaddr_in addr = {.sin_family = AF_INET};
+	socklen_t	len = sizeof(addr);
+	int			one = 1,
+				ls = socket(AF_INET, SOCK_STREAM, 0),
+				s;
+	long		n = 0;
+	double		t0,
+				t;
+	char		b = 'x';
+
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(ls, (struct sockaddr *) &addr, sizeof(addr)) != 0 ||
+		getsockname(ls, (struct sockaddr *) &addr, &len) != 0 || listen(ls, 1) != 0)
+	{
+		perror("chain: listen");
+		exit(1);
+	}
+	if (fork() == 0)
+	{
+		s = accept(ls, NULL, NULL);
+		setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		while (read(s, &b, 1) == 1)
+		{
+			freeReplyObject(cmd(c, n1, a1));
+			if (write(s, &b, 1) != 1)
+				break;
+		}
+		exit(0);
+	}
+	s = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(s, (struct sockaddr *) &addr, sizeof(addr)) != 0)
+	{
+		perror("chain: connect");
+		exit(1);
+	}
+	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	t0 = now();
+	do
+	{
+		for (int i = 0; i < 100; i++)
+			if (write(s, &b, 1) != 1 || read(s, &b, 1) != 1)
+			{
+				perror("chain");
+				exit(1);
+			}
+		n += 100;
+		t = now();
+	} while (t - t0 < secs);
+	close(s);
+	wait(NULL);
+	return (t - t0) * 1e6 / n;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -95,7 +169,7 @@ main(int argc, char **argv)
 
 	if (argc < 4)
 	{
-		fprintf(stderr, "usage: redis_rtt PORT SECONDS ping|eval1|pair [ACQ.lua REL.lua]\n");
+		fprintf(stderr, "usage: redis_rtt PORT SECONDS ping|eval1|chain|pair [ACQ.lua REL.lua]\n");
 		return 2;
 	}
 	secs = atof(argv[2]);
@@ -108,7 +182,7 @@ main(int argc, char **argv)
 	}
 	if (strcmp(mode, "ping") == 0)
 		a1[n1++] = "PING";
-	else if (strcmp(mode, "eval1") == 0)
+	else if (strcmp(mode, "eval1") == 0 || strcmp(mode, "chain") == 0)
 	{
 		a1[n1++] = "EVALSHA";
 		a1[n1++] = load(c, "return 1");
@@ -151,6 +225,11 @@ main(int argc, char **argv)
 		freeReplyObject(cmd(c, n1, a1));
 		if (n2)
 			freeReplyObject(cmd(c, n2, a2));
+	}
+	if (strcmp(mode, "chain") == 0)
+	{
+		printf("%.2f\n", chain(c, a1, n1, secs));
+		return 0;
 	}
 	t0 = now();
 	do

@@ -64,6 +64,13 @@ row("a", "Redis acquire.lua + release.lua by `EVALSHA`, a real take + release (h
     g("a_pair_us"), "µs", "redis-benchmark -c 1: acquire.lua (re-take) + release.lua (idle)",
     g("a_rb_acquire_us") + g("a_rb_release_us"),
     g("a_pair_us") / (g("a_rb_acquire_us") + g("a_rb_release_us")), "info")
+row("a", "`redis_lock_info` (info.lua, read-only): one Redis round trip made by a backend, 1 client",
+    us_lat("a_info"), "µs", "`SELECT 1` + `EVALSHA return 1`", pg + g("a_eval1_us"),
+    us_lat("a_info") / (pg + g("a_eval1_us")), "info")
+r = rep_ratio(lambda s: s("a_chain_us") / (s("a_pg_lat_ms") * 1000 + s("a_eval1_us")))
+row("a", "a chain of three processes without PostgreSQL: client → server (loopback TCP) → Redis "
+    "`EVALSHA return 1` (bench/redis_rtt.c chain)", g("a_chain_us"), "µs",
+    "`SELECT 1` + `EVALSHA return 1`", pg + g("a_eval1_us"), r, "info")
 floor = 2 * pg + g("a_pair_us")
 floor_eval1 = 2 * pg + 2 * g("a_eval1_us")
 
@@ -86,6 +93,12 @@ row("b", "same, best sample of each (the quietest moments of the run)", best, "�
     "floor from the best samples", best_floor, best / best_floor, "info")
 row("b", "same, Redis over a unix socket (`unix://`), 1 client", us_lat("b_1unix"), "µs",
     "b over TCP (127.0.0.1), 1 client", b1, us_lat("b_1unix") / b1, "info")
+r = rep_ratio(lambda s: s("b_1_lat_ms") / (2 * s("a_info_lat_ms")))
+row("b", "same, against two calls that make one Redis round trip each", b1, "µs",
+    "2 × `redis_lock_info` (a)", 2 * us_lat("a_info"), r, "info")
+r = rep_ratio(lambda s: s("b_1_lat_ms") * 1000 / (2 * s("a_chain_us")))
+row("b", "same, against two requests through the chain of three processes", b1, "µs",
+    "2 × the chain (a)", 2 * g("a_chain_us"), r, "info")
 r = rep_ratio(lambda s: s("b_16_tps") / s("b_1_tps"))
 row("b", "`redis_wlock` + `redis_unlock`, 16 clients, distinct names", g("b_16_tps"), "pairs/s",
     "the same, 1 client", g("b_1_tps"), r, "≥ 2.5", r >= 2.5)
@@ -98,6 +111,12 @@ c_us = 1e6 / g("c_rw_tps")
 r = rep_ratio(lambda s: 1e6 / s("c_rw_tps") / (s("a_pg_lat_ms") * 1000 + s("a_eval1_us")))
 row("c", "same, µs a transaction, against its floor", c_us, "µs",
     "`SELECT 1` + `EVALSHA return 1`", pg + g("a_eval1_us"), r, "≤ 1.2", r <= 1.2)
+r = rep_ratio(lambda s: 1e6 / s("c_rw_tps") / (s("a_info_lat_ms") * 1000))
+row("c", "same, against a call that makes one Redis round trip", c_us, "µs",
+    "`redis_lock_info` (a)", us_lat("a_info"), r, "info")
+r = rep_ratio(lambda s: 1e6 / s("c_rw_tps") / s("a_chain_us"))
+row("c", "same, against one request through the chain of three processes", c_us, "µs",
+    "the chain (a)", g("a_chain_us"), r, "info")
 r = rep_ratio(lambda s: s("c_rwunix_tps") / s("c_adv_tps"))
 row("c", "same, Redis over a unix socket (`unix://`)", g("c_rwunix_tps"), "xacts/s",
     "`pg_advisory_xact_lock`, 1 client", g("c_adv_tps"), r, "info")

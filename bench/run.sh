@@ -149,11 +149,13 @@ for rep in $(seq "$REPS"); do
   bench_pg a_pg 1 select1.sql
   rtt a_pair "$T" pair lua/acquire.lua lua/release.lua
   bench_pg b_1 1 b_session.sql
+  bench_pg a_info 1 a_info.sql
   bench_pg b_16 16 b_session.sql
   bench_pg b_adv 1 b_advisory.sql
   PGOPTS_EXTRA="-c rwlock.redis_url=unix://$WORK/redis.sock" bench_pg b_1unix 1 b_session.sql
   rtt a_ping 1 ping
   rtt a_eval1 1 eval1
+  rtt a_chain 1 chain
   bench_redis a_rb_ping 10000 PING
   bench_redis a_rb_acquire 10000 EVALSHA "$ACQ_SHA" 2 "${KEYS2[@]}" 2 bench-owner w 30000 2000 600000
   bench_redis a_rb_release 10000 EVALSHA "$REL_SHA" 2 "${KEYS2[@]}" 2 bench-owner '' 30000 600000

@@ -58,14 +58,6 @@
 #define CONN_KEEPALIVE_S 15		/* as hiredis's redisEnableKeepAlive */
 #define CONN_ALL_OWED	(-1)	/* conn_exchange: wait for the tagged only */
 
-/*
- * A connection a read found open less than this long ago is not probed
- * before use (conn_went_away): a close in that window is as unlikely as one
- * between the probe and the write, which no probe can rule out, and back to
- * back calls save a system call each.
- */
-#define CONN_FRESH_US	1000
-
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
 
@@ -809,8 +801,7 @@ rw_conn_ensure(RwConn *conn, RwError *err)
 	err->kind = RW_OK;
 	err->maybe_sent = false;
 	if (conn->ctx != NULL && !conn->is_subscriber && conn->nowed == 0 &&
-		sdslen(conn->ctx->obuf) == 0 &&
-		rw_now_us() - conn->heard_us >= CONN_FRESH_US && conn_went_away(conn))
+		sdslen(conn->ctx->obuf) == 0 && conn_went_away(conn))
 		rw_conn_close(conn);
 	/* Ask the sentinels again now and then; follow the master if it moved. */
 	if (conn->ctx != NULL && conn->node->ep.sentinel &&
@@ -1011,7 +1002,6 @@ conn_fill(RwConn *conn, RwError *err)
 		}
 		if (n < 0)
 			return conn_fail(conn, err, RW_ERR_LOST, why);
-		conn->heard_us = rw_now_us();
 		if (n == 0)
 			return true;
 		if (redisReaderFeed(conn->ctx->reader, buf, n) != REDIS_OK)

@@ -118,16 +118,6 @@ rw_now_ms(void)
 	return (int64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The same clock in microseconds. */
-static inline int64
-rw_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* A monotonic instant shown as wall-clock time, for the views. */
 extern TimestampTz rw_mono_to_timestamp(int64 mono_ms);
 
@@ -266,7 +256,6 @@ typedef struct RwConn
 	bool		asking;			/* cluster.c routed here by an ASK: each
 								 * script call goes after an ASKING */
 	double		last_rtt_ms;
-	int64		heard_us;		/* when a read last found the socket open */
 	uint64		opens;			/* connections made so far (quorum.c checks
 								 * each new one's Redis for a restart) */
 	uint64		addr_gen;		/* the node's ep.addr_gen it connected at */

@@ -144,12 +144,13 @@ for my $kind (@kinds)
 	  or diag "$label: $err";
 	($out, $err) = sq($s1, "SELECT redis_try_rlock('side')");
 	my ($any, $write, $mode, $rows) = held_by($s1, 'x');
-	my ($got) = sq($s2, "SELECT redis_try_wlock('x')");
+	my ($got, $gerr) = sq($s2, "SELECT redis_try_wlock('x')");
 	my $state = lock_state($port, $prefix, 'x');
 	ok($any && $got eq 'f',
 		"$label: session 1 holds x ($rows) and session 2's try_wlock('x') is false")
-	  or diag "$label: session 2 got x too; Redis has x $state; session 1's call after: "
-	  . first_line($err);
+	  or diag "$label: session 2's try_wlock('x') gave '$got' " . first_line($gerr)
+	  . "; Redis has x $state; "
+	  . "session 1's call after: " . first_line($err);
 	$n_excl++ if $any && $got eq 'f';
 	sq($s2, "SELECT redis_unlock('x')") if $got eq 't';
 	($out, $err) = sq($s1, "SELECT redis_unlock('x')");

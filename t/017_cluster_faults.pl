@@ -6,7 +6,9 @@
 # lock and unlock in the master's slots: at most class 08 errors while the
 # slot has no master, then every session recovers; holds taken before stay
 # held and the keeper renews them on the new master. Last, test/load.py over
-# the cluster with a CLUSTER FAILOVER of the masters halfway through.
+# the cluster with a CLUSTER FAILOVER of the masters halfway through. Also:
+# a COMMIT whose release a slot move bounced (MOVED): the lock stays held
+# until the session's next call sends the release again, then is free.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -91,6 +93,26 @@ sub load_results
 	return @r;
 }
 
+# Migrate a slot by hand, keys and all, as redis-cli --cluster reshard does;
+# the slot stays migrating $pause seconds after its keys have gone.
+sub move_slot
+{
+	my ($slot, $src, $dst, $pause) = @_;
+	my ($src_id, $dst_id) = (node_id($src), node_id($dst));
+	redis_cli($dst, 'CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $src_id);
+	redis_cli($src, 'CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $dst_id);
+	for (1 .. 20)
+	{
+		my @keys = split /\n/, redis_cli($src, 'CLUSTER', 'GETKEYSINSLOT', $slot, 100);
+		last unless @keys;
+		redis_cli($src, 'MIGRATE', '127.0.0.1', $dst, '', 0, 5000, 'KEYS', @keys);
+		sleep 0.1;
+	}
+	sleep $pause;
+	redis_cli($_, 'CLUSTER', 'SETSLOT', $slot, 'NODE', $dst_id)
+	  for ($dst, $src, grep { $_ != $src && $_ != $dst } cluster_masters($c));
+}
+
 # --- A slot migrated under load.
 my @masters = cluster_masters($c);
 my ($src, $dst) = @masters[0, 1];
@@ -108,18 +130,8 @@ is($out, 't', "a session holds a write lock in slot $slot, on $src");
 my ($ask, $moved, $try) = (errorstat('ASK'), errorstat('MOVED'), errorstat('TRYAGAIN'));
 my @load = load_start($busy, 3, 8);
 sleep 1.5;
-my ($src_id, $dst_id) = (node_id($src), node_id($dst));
-redis_cli($dst, 'CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $src_id);
-redis_cli($src, 'CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $dst_id);
-for (1 .. 20)
-{
-	my @keys = split /\n/, redis_cli($src, 'CLUSTER', 'GETKEYSINSLOT', $slot, 100);
-	last unless @keys;
-	redis_cli($src, 'MIGRATE', '127.0.0.1', $dst, '', 0, 5000, 'KEYS', @keys);
-	sleep 0.1;
-}
-sleep 0.3;    # the slot stays migrating a while: ASK for keys gone from $src
-redis_cli($_, 'CLUSTER', 'SETSLOT', $slot, 'NODE', $dst_id) for ($dst, $src, $masters[2]);
+# the slot stays migrating a while: ASK for keys gone from $src
+move_slot($slot, $src, $dst, 0.3);
 is(cluster_slot_owner($c, $slot), $dst, "slot $slot migrated from $src to $dst");
 my @r = load_results(8, @load);
 is(join('', map { $_->[1] } @r), '', 'no error surfaced in the sessions locking in the migrating slot');
@@ -134,6 +146,39 @@ is(lock_state($dst, $prefix, $held), 'write', 'and still held there after a leas
 is($out, 'held', 'the session does not see it lost');
 ($out, $err) = sq($holder, "SELECT redis_unlock('$held')");
 is($out, 't', 'its unlock goes to the new master and finds it held');
+$holder->quit;
+
+# --- A slot moved while a session holds an _xact lock in it: COMMIT's
+# release goes where the session's map says, is answered MOVED and does not
+# run; the lock stays held until the session's next call sends it again
+# where the slot is now (README, Redis Cluster: the cost that remains).
+my ($from, $to) = @masters[1, 2];
+my $xname = name_on($from, 'cm');
+my $xslot = key_slot(key_of($xname));
+my $x = session($node);
+my $y = session($node);
+sq($x, 'BEGIN');
+($out, $err) = sq($x, "SELECT redis_wlock_xact('$xname') > 0");
+is($out, 't', "a session holds $xname at transaction level, on $from");
+move_slot($xslot, $from, $to, 0);
+ok(wait_until(sub { cluster_slot_owner($c, $xslot) == $to }, 10), "its slot $xslot moved to $to");
+$moved = errorstat('MOVED');
+($out, $err) = sq($x, 'COMMIT');
+is($err, '', 'COMMIT works');
+is(lock_state($to, $prefix, $xname), 'write', 'the release bounced: the lock is still held on the new master');
+cmp_ok(errorstat('MOVED'), '>', $moved, 'the old master answered MOVED');
+($out) = sq($y, "SELECT redis_try_wlock('$xname')");
+is($out, 'f', 'another session cannot take it yet');
+($out, $err) = sq($x, "SELECT redis_try_rlock('cm_other')");
+is($out, 't', "the session's next call works");
+is($err, '', 'without a warning');
+ok(wait_until(sub { lock_state($to, $prefix, $xname) eq 'free' }, 1),
+	'and its release, sent again where the slot is now, frees the lock');
+($out) = sq($y, "SELECT redis_try_wlock('$xname')");
+is($out, 't', 'another session takes it');
+sq($_, 'SELECT redis_unlock_all()') for ($x, $y);
+$x->quit;
+$y->quit;
 
 # --- Failover under load: the slot has no master for a while (kill -9), or
 # moves to its replica (CLUSTER FAILOVER). At most class 08 errors; then the

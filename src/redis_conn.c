@@ -769,8 +769,8 @@ rw_conn_open(RwConn *conn, int64 deadline, RwError *err)
  * error, or bytes that are not a reply to anything: either way it is not to
  * be used. The probe costs a system call per command; it is not skipped
  * after a recent read: a Redis that shuts down sends its last replies and
- * then closes, so the EOF waits behind the answer just read (t/006's
- * restarts between a COMMIT and the next call fail without the probe).
+ * then closes, so the EOF waits behind the answer just read (without the
+ * probe, t/006's restarts between a COMMIT and the next call could fail).
  */
 static bool
 conn_went_away(RwConn *conn)

@@ -1,0 +1,92 @@
+# Quorum mode (experimental) over five independent masters: the majority is
+# three. A write lock is held on all five; with two masters stopped (SIGSTOP)
+# a lock is still granted, on the three that answer, and exclusive; with
+# three stopped it is refused (class 08, saying the quorum was not reached)
+# and nothing stays behind on the two that answered; readers share over the
+# five; fencing tokens increase across the faults; once the masters are
+# back (and a second has passed: a failed master is left alone that long),
+# locks are held on all five again.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib $FindBin::RealBin;
+use RwlockTest;
+use RwlockQuorum;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my @r = quorum_start(5);
+my $prefix = 'tap_quorum5';
+my $max_lease = 10;    # s: rwlock.quorum_max_lease
+# The lease is 9 s, not t/018's 3 s: each member's answer is waited for in
+# turn, each within a full rwlock.command_timeout, so with two members
+# stopped every renewal round takes 2 s (README, Quorum mode: known gaps).
+my $node = new_node('quorum5', port => $r[0], preload => 1, lease => '9s',
+	conf => "rwlock.redis_url = '" . quorum_url(@r) . "'\n"
+	  . "rwlock.quorum_max_lease = '${max_lease}s'\n"
+	  . "rwlock.command_timeout = '1s'\nrwlock.connect_timeout = '1s'\n");
+my $a = session($node);
+my $b = session($node);
+my ($out, $err);
+my $owner_a = session_owner($a);
+my $owner_b = session_owner($b);
+
+# Up for less than quorum_max_lease: wait until the masters count.
+sleep $max_lease + 1.5;
+
+# --- All five up.
+($out, $err) = sq($a, "SELECT redis_wlock('x')");
+ok($out > 0, 'a write lock on a quorum of five') or diag $err;
+my $t1 = $out;
+is(redis_mode_of($_, $prefix, 'x', $owner_a), 'write', "held on master $_") for @r;
+($out) = sq($b, "SELECT redis_try_wlock('x')");
+is($out, 'f', 'another session cannot take it');
+($out) = sq($b, 'SELECT count(*) FROM redis_connection_info()');
+is($out, '5', 'redis_connection_info: a row per master');
+sq($a, "SELECT redis_unlock('x')");
+($out) = sq($b, "SELECT redis_rlock('s') >= 0");
+is($out, 't', 'a read lock');
+($out) = sq($a, "SELECT redis_try_rlock('s')");
+is($out, 't', 'shared with another reader');
+($out) = sq($a, "SELECT redis_try_wlock('s2') AND redis_unlock('s2')");
+is($out, 't', 'another name is free meanwhile');
+sq($_, 'SELECT redis_unlock_all()') for ($a, $b);
+
+# --- Two of five stopped: three answer, a majority.
+redis_sigstop($_) for @r[3, 4];
+my $t0 = time;
+($out, $err) = sq($a, "SELECT redis_wlock('p')");
+ok($out > $t1, 'granted with two masters stopped, with a larger token') or diag $err;
+my $t2 = $out;
+ok(time - $t0 < 3.5, 'within the stopped masters\' command timeouts, one after the other ('
+	  . elapsed_since($t0) . ' s)');
+is(redis_mode_of($_, $prefix, 'p', $owner_a), 'write', "held on master $_") for @r[0 .. 2];
+($out) = sq($b, "SELECT redis_try_wlock('p')");
+is($out, 'f', 'and exclusive');
+($out, $err) = sq($a, "SELECT redis_unlock('p')");
+is($out, 't', 'released on the three') or diag $err;
+
+# --- Three of five stopped: no majority.
+redis_sigstop($r[2]);
+($out, $err) = sq($b, "SELECT redis_wlock('d')");
+like(sqlstate($err), qr/^08/, 'three masters stopped: a connection error') or diag $err;
+like($err, qr/quorum/, 'saying the quorum was not reached');
+is(redis_mode_of($_, $prefix, 'd', $owner_b), '', "nothing left on master $_, which answered")
+  for @r[0, 1];
+
+# --- All back. A master that failed is left alone for a second (quorum.c,
+# RW_QUORUM_RETRY_MS), then asked again.
+redis_sigcont($_) for @r[2 .. 4];
+sleep 1.2;
+($out, $err) = sq($b, "SELECT redis_wlock('d')");
+ok($out > $t2, 'with every master back, a lock is granted again, with a larger token') or diag $err;
+ok(wait_until(sub { 5 == grep { redis_mode_of($_, $prefix, 'd', $owner_b) eq 'write' } @r }, 2),
+	'held on all five');
+($out) = sq($b, "SELECT redis_unlock('d')");
+is($out, 't', 'and released');
+is(redis_mode_of($_, $prefix, 'd', $owner_b), '', "gone from master $_") for @r;
+
+$a->quit;
+$b->quit;
+done_testing();

@@ -23,10 +23,7 @@ use Time::HiRes qw(time sleep);
 my @r = quorum_start(3);
 my $prefix = 'tap_quorum';
 my $max_lease = 6;    # s: rwlock.quorum_max_lease
-my $node = new_node('quorum', port => $r[0], preload => 1, lease => '3s',
-	conf => "rwlock.redis_url = '" . quorum_url(@r) . "'\n"
-	  . "rwlock.quorum_max_lease = '${max_lease}s'\n"
-	  . "rwlock.command_timeout = '1s'\nrwlock.connect_timeout = '1s'\n");
+my $node = quorum_node('quorum', '3s', $max_lease, @r);
 
 my $a = session($node);
 my $b = session($node);

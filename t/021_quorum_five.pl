@@ -22,10 +22,7 @@ my $max_lease = 10;    # s: rwlock.quorum_max_lease
 # The lease is 9 s, not t/018's 3 s: each member's answer is waited for in
 # turn, each within a full rwlock.command_timeout, so with two members
 # stopped every renewal round takes 2 s (README, Quorum mode: known gaps).
-my $node = new_node('quorum5', port => $r[0], preload => 1, lease => '9s',
-	conf => "rwlock.redis_url = '" . quorum_url(@r) . "'\n"
-	  . "rwlock.quorum_max_lease = '${max_lease}s'\n"
-	  . "rwlock.command_timeout = '1s'\nrwlock.connect_timeout = '1s'\n");
+my $node = quorum_node('quorum5', '9s', $max_lease, @r);
 my $a = session($node);
 my $b = session($node);
 my ($out, $err);

@@ -10,7 +10,7 @@ use warnings FATAL => 'all';
 use Exporter 'import';
 use RwlockTest;
 
-our @EXPORT = qw(quorum_start quorum_url quorum_restart_empty quorum_field);
+our @EXPORT = qw(quorum_start quorum_url quorum_node quorum_restart_empty quorum_field);
 
 # Start $n masters; returns their ports.
 sub quorum_start
@@ -29,6 +29,18 @@ sub quorum_start
 sub quorum_url
 {
 	return join ' ', map { "redis://127.0.0.1:$_/0" } @_;
+}
+
+# A PostgreSQL node, the keeper running, whose rwlock.redis_url is the quorum
+# of @ports: leases of $lease, rwlock.quorum_max_lease $max_lease seconds
+# (the masters count once up that long), 1 s command and connect timeouts.
+sub quorum_node
+{
+	my ($name, $lease, $max_lease, @ports) = @_;
+	return new_node($name, port => $ports[0], preload => 1, lease => $lease,
+		conf => "rwlock.redis_url = '" . quorum_url(@ports) . "'\n"
+		  . "rwlock.quorum_max_lease = '${max_lease}s'\n"
+		  . "rwlock.command_timeout = '1s'\nrwlock.connect_timeout = '1s'\n");
 }
 
 # Stop a master and start it again on its port, empty (no persistence).

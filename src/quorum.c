@@ -32,6 +32,17 @@
  *	  a member that failed (no connection, no answer in time) is not asked
  *				   again for RW_QUORUM_RETRY_MS: a stopped Redis costs one
  *				   timeout a second, not one per call.
+ *	  timing	   a round (an acquisition, a renewal, a release) has two
+ *				   phases, each within one timeout shared by all members:
+ *				   sending, within rwlock.connect_timeout, to the members
+ *				   whose connections are open first (so the masters that
+ *				   answer are asked before any wait on one that does not),
+ *				   then to those to connect, in turns; then reading every
+ *				   answer, within rwlock.command_timeout. However many
+ *				   members do not answer, a round costs at most one timeout
+ *				   of each kind. A member left to connect when the sending
+ *				   time is up is not asked this round (not failed); those
+ *				   to connect take turns going first.
  *
  * Never throws (but on out of memory); no ereport.
  *
@@ -53,6 +64,7 @@ typedef struct RwQuorum
 	int64	   *counts_from_ms; /* monotonic: counts toward a majority then */
 	int64	   *retry_ms;		/* monotonic: not asked before this */
 	char	  **run_id;			/* of the Redis last checked, or NULL */
+	int			connect_first;	/* the first to connect next round */
 } RwQuorum;
 
 /* Make a quorum node's members, one plain node per URL. */
@@ -166,6 +178,72 @@ rw_quorum_failed(RwNode *node, int i, const RwError *err)
 		node->quorum->retry_ms[i] = rw_now_ms() + RW_QUORUM_RETRY_MS;
 }
 
+/*
+ * The order of a round's sends (see timing above): members whose command
+ * connection is open, then those to connect, starting at connect_first.
+ */
+void
+rw_quorum_order(RwNode *node, int *order)
+{
+	RwQuorum   *q = node->quorum;
+	int			n = 0;
+
+	for (int i = 0; i < q->n; i++)
+		if (q->member[i]->cmd.ctx != NULL)
+			order[n++] = i;
+	for (int k = 0; k < q->n; k++)
+	{
+		int			i = (q->connect_first + k) % q->n;
+
+		if (q->member[i]->cmd.ctx == NULL)
+			order[n++] = i;
+	}
+	/* Each takes its turn first: none is left behind a stopped one. */
+	q->connect_first = (q->connect_first + 1) % q->n;
+}
+
+/*
+ * Whether member i may be sent to in a round's sending phase that ends at
+ * until: yes if its connection is open, or if there is time left to make
+ * one. If not, *err says why it was not asked.
+ */
+bool
+rw_quorum_may_send(RwNode *node, int i, int64 until, RwError *err)
+{
+	RwQuorum   *q = node->quorum;
+
+	if (q->member[i]->cmd.ctx != NULL || rw_now_ms() < until)
+		return true;
+	err->kind = RW_ERR_CONNECT;
+	err->maybe_sent = false;
+	snprintf(err->msg, sizeof(err->msg),
+			 "not asked: rwlock.connect_timeout (%d ms) was spent connecting to other Redis nodes of the quorum",
+			 rw_connect_timeout_ms);
+	return false;
+}
+
+/*
+ * Begin a phase of a round: every wait until rw_conn_restore(returned)
+ * ends by timeout_ms from now (see timing above); *until is that instant.
+ */
+int64
+rw_quorum_phase(int timeout_ms, int64 *until)
+{
+	int64		end = rw_now_ms() + timeout_ms;
+
+	if (until != NULL)
+		*until = end;
+	return rw_conn_tighten(end);
+}
+
+/* The reading phase's timeout: with WAIT's own after the scripts, if any. */
+int
+rw_quorum_answer_ms(void)
+{
+	return rw_command_timeout_ms +
+		(rw_wait_replicas > 0 ? rw_wait_replicas_timeout_ms : 0);
+}
+
 /* The value of "field:" in INFO's text, or NULL. */
 static const char *
 quorum_info_field(const char *info, const char *field)
@@ -276,9 +354,14 @@ quorum_send_all(RwNode *node, const RwKeys *keys, RwMode mode,
 				RwAcquireCall *calls, RwVote *votes)
 {
 	RwQuorum   *q = node->quorum;
+	int			order[RW_QUORUM_MAX];
+	int64		until;
+	int64		cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
 
-	for (int i = 0; i < q->n; i++)
+	rw_quorum_order(node, order);
+	for (int k = 0; k < q->n; k++)
 	{
+		int			i = order[k];
 		RwVote	   *v = &votes[i];
 
 		memset(v, 0, sizeof(*v));
@@ -287,9 +370,11 @@ quorum_send_all(RwNode *node, const RwKeys *keys, RwMode mode,
 		if (!ask[i])
 		{
 			v->err.kind = RW_ERR_CONNECT;
-			strlcpy(v->err.msg, "not asked (it failed a moment ago)", sizeof(v->err.msg));
+			strlcpy(v->err.msg, "not asked (it failed a moment ago, or there was no time left to connect to it)", sizeof(v->err.msg));
 			continue;
 		}
+		if (!rw_quorum_may_send(node, i, until, &v->err))
+			continue;
 		if (!quorum_ready(node, i, &v->err) ||
 			!rw_proto_acquire_send(&q->member[i]->cmd, keys, mode, held_mode,
 								   rw_quorum_lease(node), intent_ms,
@@ -301,13 +386,15 @@ quorum_send_all(RwNode *node, const RwKeys *keys, RwMode mode,
 		v->sent = true;
 		v->counts = rw_quorum_counts(node, i, NULL);
 	}
+	rw_conn_restore(cap);
 }
 
-/* Read every answer, each within what is left of its own timeout. */
+/* Read every answer, all within one rwlock.command_timeout. */
 static void
 quorum_collect_all(RwNode *node, RwAcquireCall *calls, RwVote *votes)
 {
 	RwQuorum   *q = node->quorum;
+	int64		cap = rw_quorum_phase(rw_quorum_answer_ms(), NULL);
 
 	for (int i = 0; i < q->n; i++)
 	{
@@ -324,6 +411,7 @@ quorum_collect_all(RwNode *node, RwAcquireCall *calls, RwVote *votes)
 		if (v->status == RW_ACQ_FAILED)
 			rw_quorum_failed(node, i, &v->err);
 	}
+	rw_conn_restore(cap);
 }
 
 /* Whether a grant that started at started_ms still has time left. */
@@ -349,6 +437,7 @@ quorum_fence(RwNode *node, const RwKeys *keys, int64 token,
 	RwQuorum   *q = node->quorum;
 	bool	   *sent = palloc0(sizeof(bool) * q->n);
 	int			have = 0;
+	int64		cap;
 
 	for (int i = 0; i < q->n; i++)
 	{
@@ -360,10 +449,12 @@ quorum_fence(RwNode *node, const RwKeys *keys, int64 token,
 									 &calls[i], &votes[i].err))
 			sent[i] = true;
 	}
+	cap = rw_quorum_phase(rw_command_timeout_ms, NULL);
 	for (int i = 0; i < q->n; i++)
 		if (sent[i] && rw_proto_collect_held(&q->member[i]->cmd, &calls[i],
 											  &votes[i].err) == 1)
 			have += votes[i].counts;
+	rw_conn_restore(cap);
 	pfree(sent);
 	return have;
 }
@@ -504,6 +595,9 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	int		   *one = palloc(sizeof(int) * n);
 	RwRenewCall rcs[RW_QUORUM_MAX];
 	bool		sent[RW_QUORUM_MAX];
+	int			order[RW_QUORUM_MAX];
+	int64		until;
+	int64		cap;
 	int			maj;
 	bool		decided = true;
 
@@ -511,17 +605,30 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 		return rw_cluster_renew(node, keys, owners, lease_ms, n, held, err);
 	maj = rw_quorum_majority(node);
 	err->kind = RW_OK;
-	/* Sent to all first, then each answer read (interrupted ones fail fast). */
-	for (int m = 0; m < q->n; m++)
+	/* Sent to all first, then each answer read (see timing above). */
+	cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
+	rw_quorum_order(node, order);
+	for (int k = 0; k < q->n; k++)
 	{
+		int			m = order[k];
 		RwError		merr;
 
-		sent[m] = rw_quorum_may_ask(node, m) &&
-			rw_proto_renew_send(&q->member[m]->cmd, keys, owners, lease_ms, n,
-								&rcs[m], &merr);
-		if (!sent[m] && rw_quorum_may_ask(node, m))
+		sent[m] = false;
+		if (!rw_quorum_may_ask(node, m))
+			continue;
+		if (!rw_quorum_may_send(node, m, until, &merr))
+		{
+			if (err->kind == RW_OK)
+				*err = merr;
+			continue;
+		}
+		sent[m] = rw_proto_renew_send(&q->member[m]->cmd, keys, owners,
+									  lease_ms, n, &rcs[m], &merr);
+		if (!sent[m])
 			quorum_renew_failed(node, m, &merr, err);
 	}
+	rw_conn_restore(cap);
+	cap = rw_quorum_phase(rw_quorum_answer_ms(), NULL);
 	for (int m = 0; m < q->n; m++)
 	{
 		RwError		merr;
@@ -539,6 +646,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 			no[i] += one[i] == 0;
 		}
 	}
+	rw_conn_restore(cap);
 	for (int i = 0; i < n; i++)
 	{
 		held[i] = yes[i] >= maj ? 1 : (q->n - no[i] < maj ? 0 : -1);

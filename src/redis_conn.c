@@ -57,15 +57,21 @@
 #define CONN_READ_BUF	(16 * 1024)	/* as hiredis's redisBufferRead */
 #define CONN_KEEPALIVE_S 15		/* as hiredis's redisEnableKeepAlive */
 #define CONN_ALL_OWED	(-1)	/* conn_exchange: wait for the tagged only */
+#define CONN_LATE_MS	100		/* conn_wait: looks this long past a deadline */
 
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
 
-/* A new SQL call or callback: each may try to connect to a node once. */
+/*
+ * A new SQL call or callback: each may try to connect to a node once. A cap
+ * on deadlines that an earlier call left behind (an error thrown between
+ * rw_conn_tighten and rw_conn_restore) ends here.
+ */
 void
 rw_call_begin(void)
 {
 	conn_call_id++;
+	conn_cap = CONN_NO_DEADLINE;
 }
 
 /* The call in progress (cluster.c keeps an ASK redirection for its rest). */
@@ -83,6 +89,26 @@ void
 rw_conn_limit(int64 deadline)
 {
 	conn_cap = deadline > 0 ? deadline : CONN_NO_DEADLINE;
+}
+
+/*
+ * Tighten the cap to `deadline` for a part of a call (quorum.c: the masters
+ * of a quorum are reached, then answer, each phase within one timeout
+ * shared by all of them). Returns the cap to put back with rw_conn_restore.
+ */
+int64
+rw_conn_tighten(int64 deadline)
+{
+	int64		old = conn_cap;
+
+	conn_cap = Min(conn_cap, deadline);
+	return old;
+}
+
+void
+rw_conn_restore(int64 cap)
+{
+	conn_cap = cap;
 }
 
 static int64
@@ -135,6 +161,11 @@ conn_interrupt_wanted(void)
  * passes. Returns the ready events, 0 on timeout, -1 if the postmaster died
  * while this process is already exiting, -2 if an interrupt wants the wait
  * to end. With serve, interrupts are served here instead (they throw).
+ * A deadline passed less than CONN_LATE_MS ago still looks, without
+ * waiting: a quorum reads its masters' answers one after the other within
+ * one shared deadline, and an answer that came while an earlier master was
+ * waited for counts. (Bounded, so that a reply trickling in cannot stretch
+ * the deadline.)
  */
 static int
 conn_wait(RwConn *conn, uint32 events, int64 deadline, bool serve)
@@ -154,11 +185,16 @@ conn_wait(RwConn *conn, uint32 events, int64 deadline, bool serve)
 			CHECK_FOR_INTERRUPTS();
 		else if (conn_interrupt_wanted())
 			return -2;
-		if (left <= 0)
+		if (left <= -CONN_LATE_MS)
 			return 0;
-		if (WaitEventSetWait(conn->wes, deadline == CONN_NO_DEADLINE ? -1 : (long) Min(left, INT_MAX),
+		if (WaitEventSetWait(conn->wes, deadline == CONN_NO_DEADLINE ? -1 :
+							 (long) Max(Min(left, INT_MAX), 0),
 							 &ev, 1, PG_WAIT_EXTENSION) == 0)
+		{
+			if (left <= 0)
+				return 0;
 			continue;
+		}
 		if (ev.events & WL_LATCH_SET)
 		{
 			ResetLatch(MyLatch);
@@ -313,6 +349,7 @@ rw_conn_close(RwConn *conn)
 		conn->ctx = NULL;
 		ReleaseExternalFD();
 	}
+	conn->scripts_sent = 0;
 	/* Replies still owed will never come: hand their tags back empty. */
 	while (conn->nowed > 0)
 		conn_owed_answered(conn, NULL);

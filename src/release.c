@@ -334,19 +334,35 @@ release_now_members(RwNode *node, const char *name, const RwKeys *keys,
 {
 	int			n = rw_quorum_size(node);
 	RwAcquireCall calls[RW_QUORUM_MAX];
+	int			order[RW_QUORUM_MAX];
+	int64		until;
+	int64		cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
 
-	for (int i = 0; i < n; i++)
+	rw_quorum_order(node, order);
+	for (int k = 0; k < n; k++)
 	{
+		int			i = order[k];
+
 		held[i] = -1;
 		if (!rw_quorum_may_ask(node, i))
 			release_not_asked(&errs[i]);
+		else if (!rw_quorum_may_send(node, i, until, &errs[i]))
+			held[i] = -3;		/* not asked, no time left: owed */
 		else if (release_settle(node, i, name, &errs[i]) &&
 				 rw_proto_release_send(&rw_quorum_member(node, i)->cmd, keys,
 									   keep, lease_ms, &calls[i], &errs[i]))
 			held[i] = -2;		/* sent */
 	}
+	rw_conn_restore(cap);
+	cap = rw_quorum_phase(rw_quorum_answer_ms(), NULL);
 	for (int i = 0; i < n; i++)
 	{
+		if (held[i] == -3)
+		{
+			held[i] = -1;
+			release_owe_one(node, i, name, keys, keep, lease_ms);
+			continue;
+		}
 		if (held[i] == -2)
 			held[i] = rw_proto_collect_held(&rw_quorum_member(node, i)->cmd,
 											&calls[i], &errs[i]);
@@ -356,6 +372,7 @@ release_now_members(RwNode *node, const char *name, const RwKeys *keys,
 		if (errs[i].kind != RW_ERR_REPLY)
 			release_owe_one(node, i, name, keys, keep, lease_ms);
 	}
+	rw_conn_restore(cap);
 }
 
 /*
@@ -473,18 +490,35 @@ rw_release_flush(void)
 
 /*
  * Send, without waiting for their answers, the releases a node is owed that
- * are not on their way: at the start of an operation on the node, and at
- * exit. Tries to connect at most once per call. Never throws.
+ * are not on their way; with members_too, also to a quorum's members whose
+ * connections are closed. Tries to connect at most once per call. Never
+ * throws.
  */
-void
-rw_release_send_owed(RwNode *node)
+static void
+release_send_owed(RwNode *node, bool members_too)
 {
 	RwError		err;
 
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
-		if (rec->node == node && !rec->sent)
+		if (rec->node == node && !rec->sent &&
+			(members_too || rec->ix < 0 ||
+			 release_conn(node, rec->ix, &rec->keys)->ctx != NULL))
 			(void) release_send(rec, &err);
 	rw_release_flush();
+}
+
+/*
+ * The same at the start of an operation on the node (and after a quorum's
+ * try). A quorum's member whose connection is closed is not connected for
+ * them here: a stopped master would cost every call a connection timeout
+ * on top of its round's (quorum.c: timing). They go once a round has
+ * connected it again, before their name is taken again there (settled by
+ * the acquisition), or at exit.
+ */
+void
+rw_release_send_owed(RwNode *node)
+{
+	release_send_owed(node, false);
 }
 
 /* The first record owed for a name on a node (a member: ix), if any. */
@@ -633,6 +667,6 @@ rw_release_at_exit(void)
 {
 	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
 		if (node->nowed > 0)
-			rw_release_send_owed(node);
+			release_send_owed(node, true);
 	rw_release_flush();
 }

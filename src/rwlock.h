@@ -256,6 +256,8 @@ typedef struct RwConn
 	bool		asking;			/* cluster.c routed here by an ASK: each
 								 * script call goes after an ASKING */
 	double		last_rtt_ms;
+	uint32		scripts_sent;	/* bit per RwScriptId: its body went out on
+								 * this connection (scripts.c) */
 	uint64		opens;			/* connections made so far (quorum.c checks
 								 * each new one's Redis for a restart) */
 	uint64		addr_gen;		/* the node's ep.addr_gen it connected at */
@@ -277,6 +279,8 @@ extern uint64 rw_call_id(void);
 extern bool rw_conn_drain(RwConn *conn, RwError *err);
 extern bool rw_conn_pause(long ms);
 extern void rw_conn_limit(int64 deadline);
+extern int64 rw_conn_tighten(int64 deadline);
+extern void rw_conn_restore(int64 cap);
 extern bool rw_conn_ensure(RwConn *conn, RwError *err);
 extern bool rw_conn_open(RwConn *conn, int64 deadline, RwError *err);
 extern bool rw_exchange_longer(RwConn *conn, int nreplies,
@@ -526,6 +530,10 @@ extern RwNode *rw_node_members(RwNode *node);
 extern int	rw_quorum_lease(RwNode *node);
 extern bool rw_quorum_may_ask(RwNode *node, int i);
 extern void rw_quorum_failed(RwNode *node, int i, const RwError *err);
+extern void rw_quorum_order(RwNode *node, int *order);
+extern bool rw_quorum_may_send(RwNode *node, int i, int64 until, RwError *err);
+extern int64 rw_quorum_phase(int timeout_ms, int64 *until);
+extern int	rw_quorum_answer_ms(void);
 extern bool rw_quorum_counts(RwNode *node, int i, const char **run_id);
 extern RwAcquireStatus rw_quorum_acquire(RwNode *node, const RwKeys *keys,
 										 RwMode mode, RwMode held_mode,

@@ -5,9 +5,15 @@
  *
  * The scripts themselves live in lua/ and are compiled into lua_scripts.c
  * at build time, with their SHA1s, so no file is read at run time and no
- * SCRIPT LOAD round trip is spent on a healthy connection. A NOSCRIPT answer
- * (a restarted or flushed Redis) means the script did not run, so the same
- * call is sent again as EVAL, which also caches the script for next time.
+ * SCRIPT LOAD round trip is ever spent. A connection's first call of each
+ * script is sent as EVAL, with the body, which caches it in Redis; later
+ * ones as EVALSHA. A new connection may be to a Redis that never saw the
+ * script (a restart, a failover, another master of a quorum): sending the
+ * body up front spares the NOSCRIPT round trip there, which in a quorum
+ * would come only after every other master had been asked (and could come
+ * after a lease it was to renew had run out). A NOSCRIPT answer on an older
+ * connection (a SCRIPT FLUSH) means the script did not run: the same call is
+ * sent again as EVAL, and every script is sent as EVAL once more.
  * Calls whose answers are read later (releases at transaction end) are sent
  * as EVAL from the start: nobody may be there to send them again.
  *
@@ -162,7 +168,14 @@ rw_script_send(RwConn *conn, RwScriptCall *calls, int ncalls, int replicas,
 	if (!rw_conn_ensure(conn, err))
 		return false;
 	for (int i = 0; i < ncalls; i++)
+	{
+		uint32		bit = 1U << calls[i].id;
+
+		if ((conn->scripts_sent & bit) == 0)
+			scripts_as_eval(&calls[i]);
+		conn->scripts_sent |= bit;
 		scripts_append(conn, &calls[i], NULL);
+	}
 	if (replicas > 0)
 		scripts_append_wait(conn, replicas);
 	if (rw_flush(conn, rw_now_ms() + rw_command_timeout_ms, err))
@@ -210,11 +223,13 @@ rw_script_collect(RwConn *conn, RwScriptCall *calls, int ncalls,
 		return true;
 
 	/* Redis lost its script cache, so those did not run: again, by EVAL. */
+	conn->scripts_sent = 0;
 	for (int i = 0; i < ncalls; i++)
 	{
 		if (!scripts_is_noscript(replies[i]))
 			continue;
 		scripts_as_eval(&calls[i]);
+		conn->scripts_sent |= 1U << calls[i].id;
 		scripts_append(conn, &calls[i], NULL);
 	}
 	if (extra)
@@ -270,5 +285,6 @@ void
 rw_script_append_eval(RwConn *conn, RwScriptCall *call, void *tag)
 {
 	scripts_as_eval(call);
+	conn->scripts_sent |= 1U << call->id;
 	scripts_append(conn, call, tag);
 }

@@ -410,9 +410,18 @@ wait_try_quorum(RwNode *node, const RwKeys *keys, const char *name,
 	RwKeep		undo = held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING;
 	RwAcquireStatus status;
 	bool		owes = false;
+	int			order[RW_QUORUM_MAX];
+	int64		until = rw_now_ms() + rw_connect_timeout_ms;
 
-	for (int i = 0; i < n; i++)
-		ask[i] = rw_release_settle_member(node, i, name, err);
+	/*
+	 * Releases owed for the name go first on each member. Connecting for
+	 * them is bounded as a round's sending is (quorum.c: timing): the
+	 * members with open connections first, none connected after the time.
+	 */
+	rw_quorum_order(node, order);
+	for (int k = 0; k < n; k++)
+		ask[order[k]] = rw_quorum_may_send(node, order[k], until, err) &&
+			rw_release_settle_member(node, order[k], name, err);
 	status = rw_quorum_acquire(node, keys, mode, held_mode, intent, ask, votes,
 							   result, other, split, err);
 	if (status == RW_GRANTED)

@@ -20,6 +20,11 @@
 # 5. A release Redis lost (a failover promoted a replica that never saw it)
 #    leaves a read hold in Redis that its session let go of: the session's
 #    next write lock must not take it for an upgrade of its own.
+# 6. A connection's first call of each script carries the script's body
+#    (EVAL): after a restart emptied Redis's script cache, a session's next
+#    lock and unlock cost no NOSCRIPT round trip; after a SCRIPT FLUSH under
+#    a kept connection, one NOSCRIPT is answered, and every script is sent
+#    with its body once more.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -414,6 +419,38 @@ is($n_unlock4, $tries, '4. redis_unlock returned true for every hold redis_held_
 	is(scalar @$r, 0, '5. no reader field is left');
 	sq($second, "SELECT redis_unlock('ghost')");
 	$_->quit for $g1, $g2;
+}
+
+# 6. Scripts on a new connection, and after SCRIPT FLUSH.
+{
+	# Calls of a command since the last CONFIG RESETSTAT, and NOSCRIPTs.
+	my $calls = sub {
+		my ($cmd) = @_;
+		my ($n) = redis_cli($port, 'INFO', 'commandstats') =~ /^cmdstat_$cmd:calls=(\d+)/m;
+		return $n // 0;
+	};
+	my $noscript = sub {
+		my ($n) = redis_cli($port, 'INFO', 'errorstats') =~ /^errorstat_NOSCRIPT:count=(\d+)/m;
+		return $n // 0;
+	};
+	my $pair = "SELECT redis_wlock('scripts6') > 0 AND redis_unlock('scripts6')";
+
+	redis_stop($port);
+	redis_start($port);
+	($out, $err) = sq($s1, $pair);
+	is($out, 't', '6. lock and unlock after a restart') or diag $err;
+	is($noscript->(), 0, '6. no NOSCRIPT: the new connection sent the scripts with their bodies');
+	is($calls->('eval') . '/' . $calls->('evalsha'), '2/0', '6. by EVAL, both');
+	redis_cli($port, 'CONFIG', 'RESETSTAT');
+	sq($s1, $pair);
+	is($calls->('eval') . '/' . $calls->('evalsha'), '0/2', '6. then by EVALSHA');
+
+	redis_cli($port, 'SCRIPT', 'FLUSH');
+	redis_cli($port, 'CONFIG', 'RESETSTAT');
+	($out, $err) = sq($s1, $pair);
+	is($out, 't', '6. lock and unlock after SCRIPT FLUSH') or diag $err;
+	is($noscript->(), 1, '6. one NOSCRIPT (the lock, sent again by EVAL)');
+	is($calls->('eval'), 2, '6. and the unlock carried its body at once');
 }
 
 $_->quit for ($s1, $s2, $filler);

@@ -11,7 +11,8 @@
 # faults; once the masters are back (and a second has passed: a failed
 # master is left alone that long), locks are held on all five again; with
 # the first two masters stopped, the three others are asked before any
-# wait on a stopped one.
+# wait on a stopped one. The Python QuorumClient asks all masters at once
+# too, and keeps a 3 s lease with two of five stopped.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -122,6 +123,53 @@ ok($granted_after < 0.5,
 	sprintf('the masters that answer were asked before the wait on a stopped one (granted %.3f s after the call began, which took %s s)',
 		$granted_after, elapsed_since($t0)));
 redis_sigcont($_) for @r[0, 1];
+sq($b, 'SELECT redis_unlock_all()');
+
+# --- The Python QuorumClient, two masters stopped: it asks the masters all
+# at once too (one socket timeout per round, not one per stopped master),
+# and its renewals keep a 3 s lease.
+sleep 1.2;
+redis_sigstop($_) for @r[3, 4];
+my $py = <<'PY';
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from rwlock_client import QuorumClient
+c = QuorumClient.from_urls(sys.argv[2], prefix=sys.argv[3], lease=3.0, max_lease=10.0,
+                           redis_kwargs={"socket_timeout": 1.0, "socket_connect_timeout": 1.0})
+lk = c.write_lock("pyq")
+t0 = time.monotonic()
+lk.acquire(timeout=10)
+print("acquired %.3f" % (time.monotonic() - t0), flush=True)
+time.sleep(7)
+print("lost", lk.lost, flush=True)
+t0 = time.monotonic()
+print("released", lk.release(), "%.3f" % (time.monotonic() - t0), flush=True)
+PY
+my ($pout, $perr) = ('', '');
+my $h = IPC::Run::start([ '/usr/bin/python3', '-c', $py,
+	"$FindBin::RealBin/../clients/python", quorum_url(@r), $prefix ],
+	'<', \undef, '>', \$pout, '2>', \$perr);
+my $pump = sub {
+	my ($re) = @_;
+	my $t_end = time + 15;
+	$h->pump_nb, sleep 0.05 while $pout !~ $re && time < $t_end;
+	return $pout =~ $re ? $1 : undef;
+};
+my $took = $pump->(qr/acquired ([\d.]+)/);
+ok(defined $took && $took < 1.8,
+	'Python: granted with two masters stopped within one socket timeout ('
+	  . ($took // 'never') . ' s)')
+  or diag $perr;
+is(scalar(grep { redis_cli($_, 'HGET', "$prefix:{pyq}", 'w') ne '' } @r[0 .. 2]),
+	3, 'Python: held on the three');
+($out) = sq($a, "SELECT redis_try_wlock('pyq')");
+is($out, 'f', 'Python: SQL cannot take it meanwhile');
+is($pump->(qr/lost (\w+)/), 'False', 'Python: still held after more than two leases (renewed in time)')
+  or diag $perr;
+my $rel = $pump->(qr/released (\w+ [\d.]+)/) // '';
+like($rel, qr/^True /, "Python: released on the three ($rel s)") or diag $perr;
+$h->finish;
+redis_sigcont($_) for @r[3, 4];
 
 $a->quit;
 $b->quit;

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import redis
@@ -71,7 +72,10 @@ class QuorumClient(Client):
     round trip as each acquisition), or at once if it persists every write
     (appendonly yes, appendfsync always). Leases are capped at max_lease.
     drift and max_lease must be the SQL side's rwlock.quorum_drift and
-    rwlock.quorum_max_lease. The masters are asked one after the other."""
+    rwlock.quorum_max_lease. The masters are asked all at once (a thread
+    each), so masters that do not answer cost one socket timeout, not one
+    each: asked in turn, k silent masters would take k timeouts per round,
+    and a renewal could reach the others after their lease ran out."""
 
     def __init__(self, redis_clients: Iterable[Any], prefix: str = "rwlock",
                  lease: float = 30.0, lua_dir: Optional[str] = None,
@@ -88,6 +92,17 @@ class QuorumClient(Client):
                         for r in redis_clients]
         self.majority = len(self.members) // 2 + 1
         self._persists: Dict[Tuple[int, Any], bool] = {}  # (member, run_id) -> fsyncs every write
+        # One thread per member: a round asks them all at once (renewals
+        # run on the renewal thread while the user's thread may acquire:
+        # each round waits only for its own tasks).
+        self._pool = ThreadPoolExecutor(max_workers=2 * len(self.members),
+                                        thread_name_prefix="rwlock-quorum")
+
+    def _all(self, call: Callable[[int], Any], which: Optional[Iterable[int]] = None) -> List[Any]:
+        """call(i) for every member i (or those in which), all at once: the
+        results in that order. call must not raise."""
+        ixs = list(range(len(self.members)) if which is None else which)
+        return list(self._pool.map(call, ixs))
 
     @classmethod
     def from_urls(cls, urls: Any, redis_kwargs: Optional[dict] = None,
@@ -152,24 +167,26 @@ class QuorumClient(Client):
         """Release what members granted (or may have); after a split vote a
         writer gives up its places in every queue (they may disagree in a
         cycle)."""
+        keeps: Dict[int, str] = {}
         for i, (status, _, _) in enumerate(votes):
-            keep = None
             if status in (GRANTED, None):
-                keep = held
+                keeps[i] = held
             elif status == BUSY and split and mode == "w":
-                keep = "q"
-            if keep is not None:
-                try:
-                    self.members[i]._release(name, owner, keep, lease_ms)
-                except redis.exceptions.RedisError:
-                    pass    # owed to that member; its lease frees it meanwhile
+                keeps[i] = "q"
+
+        def undo(i: int) -> None:
+            try:
+                self.members[i]._release(name, owner, keeps[i], lease_ms)
+            except redis.exceptions.RedisError:
+                pass    # owed to that member; its lease frees it meanwhile
+        self._all(undo, keeps)
 
     def _acquire(self, name: str, owner: str, mode: str, lease_ms: int,
                  intent_ms: int, upgrade: bool = False) -> Tuple[int, Any]:
         lease_ms = min(lease_ms, p.ms(self.max_lease))
         start = time.monotonic()
-        votes = [self._vote(i, name, owner, mode, lease_ms, intent_ms, upgrade)
-                 for i in range(len(self.members))]
+        votes = self._all(lambda i: self._vote(i, name, owner, mode, lease_ms,
+                                               intent_ms, upgrade))
 
         def in_time() -> bool:
             return lease_ms / 1000.0 * (1 - self.drift) - (time.monotonic() - start) - 0.002 > 0
@@ -197,29 +214,28 @@ class QuorumClient(Client):
                granted: List[int]) -> int:
         """Raise the token on the granting members below it; how many of
         those that count have it now."""
-        have = 0
-        for i in granted:
-            ok = votes[i][1] >= token
-            if not ok:
-                try:
-                    ok = int(self.members[i]._io(Run(
-                        "fence", name, [PROTOCOL_VERSION, owner, str(token)]))) == 1
-                except redis.exceptions.RedisError:
-                    pass
-            have += ok and votes[i][2]
-        return have
+        def has(i: int) -> bool:
+            if votes[i][1] >= token:
+                return True
+            try:
+                return int(self.members[i]._io(Run(
+                    "fence", name, [PROTOCOL_VERSION, owner, str(token)]))) == 1
+            except redis.exceptions.RedisError:
+                return False
+        return sum(1 for i, ok in zip(granted, self._all(has, granted))
+                   if ok and votes[i][2])
 
     # -- renewing, releasing, waiting: every member -----------------------------------
 
     def _each(self, call: Callable[[Client], int]) -> List[Any]:
-        """call(member) on every member: [result, or the exception]."""
-        out: List[Any] = []
-        for m in self.members:
+        """call(member) on every member, all at once: [result, or the
+        exception]."""
+        def one(i: int) -> Any:
             try:
-                out.append(call(m))
+                return call(self.members[i])
             except redis.exceptions.RedisError as e:
-                out.append(e)
-        return out
+                return e
+        return self._all(one)
 
     def _count(self, answers: List[Any], what: str) -> int:
         """1 if a majority answered 1, 0 if no majority can, else raise."""

@@ -575,6 +575,113 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 }
 
 /*
+ * Give up a lookup still under way: freed if glibc's helper has not started
+ * on it, else left to it (it writes into the request when its resolver
+ * gives up): a small leak per lookup abandoned that way, the price of never
+ * blocking on a resolver.
+ */
+static void
+conn_resolve_abandon(struct gaicb *req)
+{
+	int			rc = gai_cancel(req);
+
+	if (rc == EAI_NOTCANCELED)
+		return;
+	if (rc == EAI_ALLDONE && req->ar_result != NULL)
+		freeaddrinfo(req->ar_result);
+	free(req);
+}
+
+/*
+ * Resolve a host name (getaddrinfo), waiting through the latch: a resolver
+ * that does not answer (a DNS server down) would otherwise block the
+ * backend past rwlock.connect_timeout and past cancel and terminate, which
+ * the resolver's own poll() does not heed. A numeric address needs no
+ * lookup and is converted at once. The lookup runs on glibc's helper thread
+ * (getaddrinfo_a), which blocks every signal: the backend's handlers still
+ * run on the backend's own thread. The wait polls the lookup every few
+ * milliseconds; connections are made rarely. *res is freeaddrinfo's.
+ */
+static bool
+conn_resolve(const char *host, const char *port, int64 deadline,
+			 struct addrinfo **res, RwError *err)
+{
+	struct addrinfo hints;
+	struct gaicb *req;
+	struct gaicb *list[1];
+	long		nap = 1;
+	int			rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICHOST;
+	if (getaddrinfo(host, port, &hints, res) == 0)
+		return true;
+	hints.ai_flags = 0;
+
+	/* One block, outliving this call if the lookup cannot be cancelled. */
+	req = calloc(1, sizeof(struct gaicb) + sizeof(struct addrinfo) +
+				 strlen(host) + strlen(port) + 2);
+	if (req == NULL)
+	{
+		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: out of memory");
+		return false;
+	}
+	memcpy(req + 1, &hints, sizeof(hints));
+	req->ar_request = (struct addrinfo *) (req + 1);
+	req->ar_name = (char *) (req->ar_request + 1);
+	strcpy((char *) req->ar_name, host);
+	req->ar_service = req->ar_name + strlen(host) + 1;
+	strcpy((char *) req->ar_service, port);
+	list[0] = req;
+	if ((rc = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL)) != 0)
+	{
+		free(req);
+		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: %s",
+				  gai_strerror(rc));
+		return false;
+	}
+	while ((rc = gai_error(req)) == EAI_INPROGRESS)
+	{
+		if (conn_interrupt_wanted())
+		{
+			conn_resolve_abandon(req);
+			set_error(err, RW_ERR_INTERRUPTED, "interrupted while resolving the host name \"%s\"", host);
+			return false;
+		}
+		if (rw_now_ms() >= deadline)
+		{
+			conn_resolve_abandon(req);
+			set_error(err, RW_ERR_CONNECT,
+					  "the host name \"%s\" was not resolved within rwlock.connect_timeout (%d ms)",
+					  host, rw_connect_timeout_ms);
+			return false;
+		}
+		if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
+					  nap, PG_WAIT_EXTENSION) & WL_POSTMASTER_DEATH)
+		{
+			conn_resolve_abandon(req);
+			if (!proc_exit_inprogress)
+				proc_exit(1);
+			set_error(err, RW_ERR_CONNECT, "postmaster died");
+			return false;
+		}
+		ResetLatch(MyLatch);
+		nap = Min(nap * 2, 8);
+	}
+	*res = req->ar_result;
+	free(req);
+	if (rc != 0)
+	{
+		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: %s",
+				  rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return false;
+	}
+	return true;
+}
+
+/*
  * Make the TCP (or unix socket) connection: each address the host name has,
  * in turn, until one connects, all within the one deadline.
  */
@@ -582,10 +689,8 @@ static bool
 conn_connect_socket(RwConn *conn, int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
-	struct addrinfo hints;
 	struct addrinfo *res;
 	char		port[16];
-	int			rc;
 	bool		ok = false;
 
 	if (ep->is_unix)
@@ -604,17 +709,9 @@ conn_connect_socket(RwConn *conn, int64 deadline, RwError *err)
 						   deadline, err);
 	}
 
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
 	snprintf(port, sizeof(port), "%d", ep->port);
-	rc = getaddrinfo(ep->host, port, &hints, &res);
-	if (rc != 0)
-	{
-		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: %s",
-				  rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+	if (!conn_resolve(ep->host, port, deadline, &res, err))
 		return false;
-	}
 	for (struct addrinfo *ai = res; ai != NULL && !ok; ai = ai->ai_next)
 	{
 		ok = conn_socket(conn, ai->ai_family, ai->ai_addr, ai->ai_addrlen,

@@ -48,10 +48,49 @@ if [ "$(id -u)" = 0 ]; then
   chown postgres: "$TESTDIR"
   RUN=(runuser -u postgres --)
 fi
+
+# A DNS server that never answers, for t/022_dns_stall.pl: as root, a UDP
+# socket on 127.0.0.1:53 that reads queries and drops them, and the suite
+# run in a private mount namespace whose /etc/resolv.conf names it (host
+# names in /etc/hosts, such as localhost, still resolve at once). Without
+# root, unshare or a free port 53, t/022 skips.
+DNS=()
+SINK_PID=
+SINK_ENV=
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null &&
+   unshare --mount --propagation private true 2>/dev/null; then
+  python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 53))
+print("bound", flush=True)
+while True:
+    s.recvfrom(4096)
+' > "$TESTDIR/dns-sink.out" 2>&1 &
+  SINK_PID=$!
+  trap 'kill "$SINK_PID" 2>/dev/null || true' EXIT
+  for _ in $(seq 50); do
+    grep -q bound "$TESTDIR/dns-sink.out" 2>/dev/null && break
+    kill -0 "$SINK_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if grep -q bound "$TESTDIR/dns-sink.out"; then
+    printf 'nameserver 127.0.0.1\noptions timeout:5 attempts:2\n' > "$TESTDIR/resolv.conf"
+    chmod 644 "$TESTDIR/resolv.conf"
+    DNS=(unshare --mount --propagation private sh -c
+         'mount --bind "$0" /etc/resolv.conf && exec "$@"' "$TESTDIR/resolv.conf")
+    SINK_ENV=RWLOCK_TEST_DNS_SINK=127.0.0.1
+  else
+    kill "$SINK_PID" 2>/dev/null || true
+    SINK_PID=
+  fi
+fi
+
 status=0
-"${RUN[@]}" env TESTDIR="$TESTDIR" PATH="$BINDIR:$PATH" \
+"${DNS[@]}" "${RUN[@]}" env TESTDIR="$TESTDIR" PATH="$BINDIR:$PATH" ${SINK_ENV:+"$SINK_ENV"} \
   PG_REGRESS="$PGXSSRC/test/regress/pg_regress" \
   prove -I "$PGXSSRC/test/perl" -I "$SRC/t" ${PROVE_FLAGS:-} "${TESTS[@]}" || status=$?
+[ -z "$SINK_PID" ] || kill "$SINK_PID" 2>/dev/null || true
 if [ $status -eq 0 ]; then
   rm -rf "$TESTDIR"
 else

@@ -248,6 +248,22 @@ wait_for_push(RwConn *only, bool (*match) (redisReply *), long timeout_ms)
 	}
 }
 
+/*
+ * A quorum's subscribers in the order to ask them: the open ones first,
+ * then those to connect (as rw_quorum_order does for the command
+ * connections).
+ */
+static void
+wait_subscribe_order(int *order)
+{
+	int			n = 0;
+
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < wait_state.nsubs; i++)
+			if ((wait_state.subs[i]->ctx != NULL) == (pass == 0))
+				order[n++] = i;
+}
+
 /* The member a subscriber belongs to may be asked (not failed lately). */
 static bool
 wait_may_listen(int i)
@@ -258,7 +274,10 @@ wait_may_listen(int i)
 
 /*
  * Listen on the lock's channel, on every subscriber that can be had (all
- * asked at once); true once Redis confirmed it on one at least.
+ * asked at once); true once Redis confirmed it on one at least. A quorum's
+ * subscribers are asked as its rounds are (quorum.c: timing): the open
+ * ones first, then those to connect, within one rwlock.connect_timeout,
+ * and their confirmations read within one rwlock.command_timeout.
  */
 static bool
 wait_subscribe(void)
@@ -266,15 +285,29 @@ wait_subscribe(void)
 	const char *argv[2] = {"SUBSCRIBE", wait_state.keys.channel};
 	size_t		lens[2] = {9, wait_state.keys.channel_len};
 	bool		asked[RW_QUORUM_MAX];
+	int			order[RW_QUORUM_MAX];
+	bool		quorum = rw_quorum_size(wait_state.node) > 0;
+	int64		until = 0;
+	int64		cap = 0;
 	RwError		err;
 
-	for (int i = 0; i < wait_state.nsubs; i++)
+	if (quorum)
 	{
+		wait_subscribe_order(order);
+		cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
+	}
+	else
+		order[0] = 0;
+	for (int k = 0; k < wait_state.nsubs; k++)
+	{
+		int			i = order[k];
 		RwConn	   *sub = wait_state.subs[i];
 
 		asked[i] = false;
 		if (wait_state.listening[i] || !wait_may_listen(i))
 			continue;
+		if (quorum && sub->ctx == NULL && rw_now_ms() >= until)
+			continue;			/* no time left: asked next time */
 		if (!rw_conn_ensure(sub, &err))
 		{
 			/* Interrupts are served; a lone node's failure is an error. */
@@ -285,11 +318,16 @@ wait_subscribe(void)
 		rw_append(sub, 2, argv, lens, NULL);
 		asked[i] = rw_flush(sub, rw_now_ms() + rw_command_timeout_ms, &err);
 	}
+	if (quorum)
+		rw_conn_restore(cap);
+	until = rw_now_ms() + rw_command_timeout_ms;
 	for (int i = 0; i < wait_state.nsubs; i++)
 	{
 		if (!asked[i])
 			continue;
-		if (wait_for_push(wait_state.subs[i], wait_is_confirmation, rw_command_timeout_ms))
+		/* One deadline for all: a confirmation already read counts. */
+		if (wait_for_push(wait_state.subs[i], wait_is_confirmation,
+						  (long) Max(until - rw_now_ms(), 0)))
 			wait_state.listening[i] = wait_state.subscribed = true;
 		else
 			rw_conn_close(wait_state.subs[i]);

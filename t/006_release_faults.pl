@@ -421,36 +421,44 @@ is($n_unlock4, $tries, '4. redis_unlock returned true for every hold redis_held_
 	$_->quit for $g1, $g2;
 }
 
-# 6. Scripts on a new connection, and after SCRIPT FLUSH.
+# 6. Scripts on a new connection, and after SCRIPT FLUSH. A Redis of its
+# own, which only this session uses: its command counts are this session's.
 {
+	my $p6 = redis_start();
+	my $s6 = session($node);
+	sq($s6, "SET rwlock.redis_url = 'redis://127.0.0.1:$p6/0'");
 	# Calls of a command since the last CONFIG RESETSTAT, and NOSCRIPTs.
 	my $calls = sub {
 		my ($cmd) = @_;
-		my ($n) = redis_cli($port, 'INFO', 'commandstats') =~ /^cmdstat_$cmd:calls=(\d+)/m;
+		my ($n) = redis_cli($p6, 'INFO', 'commandstats') =~ /^cmdstat_$cmd:calls=(\d+)/m;
 		return $n // 0;
 	};
 	my $noscript = sub {
-		my ($n) = redis_cli($port, 'INFO', 'errorstats') =~ /^errorstat_NOSCRIPT:count=(\d+)/m;
+		my ($n) = redis_cli($p6, 'INFO', 'errorstats') =~ /^errorstat_NOSCRIPT:count=(\d+)/m;
 		return $n // 0;
 	};
 	my $pair = "SELECT redis_wlock('scripts6') > 0 AND redis_unlock('scripts6')";
 
-	redis_stop($port);
-	redis_start($port);
-	($out, $err) = sq($s1, $pair);
+	($out, $err) = sq($s6, $pair);
+	is($out, 't', '6. lock and unlock') or diag $err;
+	redis_stop($p6);
+	redis_start($p6);
+	($out, $err) = sq($s6, $pair);
 	is($out, 't', '6. lock and unlock after a restart') or diag $err;
 	is($noscript->(), 0, '6. no NOSCRIPT: the new connection sent the scripts with their bodies');
 	is($calls->('eval') . '/' . $calls->('evalsha'), '2/0', '6. by EVAL, both');
-	redis_cli($port, 'CONFIG', 'RESETSTAT');
-	sq($s1, $pair);
+	redis_cli($p6, 'CONFIG', 'RESETSTAT');
+	sq($s6, $pair);
 	is($calls->('eval') . '/' . $calls->('evalsha'), '0/2', '6. then by EVALSHA');
 
-	redis_cli($port, 'SCRIPT', 'FLUSH');
-	redis_cli($port, 'CONFIG', 'RESETSTAT');
-	($out, $err) = sq($s1, $pair);
+	redis_cli($p6, 'SCRIPT', 'FLUSH');
+	redis_cli($p6, 'CONFIG', 'RESETSTAT');
+	($out, $err) = sq($s6, $pair);
 	is($out, 't', '6. lock and unlock after SCRIPT FLUSH') or diag $err;
-	is($noscript->(), 1, '6. one NOSCRIPT (the lock, sent again by EVAL)');
-	is($calls->('eval'), 2, '6. and the unlock carried its body at once');
+	is($noscript->(), 1, '6. one NOSCRIPT (the lock, sent again by EVAL): the unlock carried its body');
+	is($calls->('eval'), 2, '6. two EVALs: the lock sent again, the unlock');
+	$s6->quit;
+	redis_stop($p6);
 }
 
 $_->quit for ($s1, $s2, $filler);

@@ -351,12 +351,11 @@ rw_quorum_counts(RwNode *node, int i, const char **run_id)
 static void
 quorum_send_all(RwNode *node, const RwKeys *keys, RwMode mode,
 				RwMode held_mode, int intent_ms, const bool *ask,
-				RwAcquireCall *calls, RwVote *votes)
+				int64 until, RwAcquireCall *calls, RwVote *votes)
 {
 	RwQuorum   *q = node->quorum;
 	int			order[RW_QUORUM_MAX];
-	int64		until;
-	int64		cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
+	int64		cap = rw_conn_tighten(until);
 
 	rw_quorum_order(node, order);
 	for (int k = 0; k < q->n; k++)
@@ -488,7 +487,8 @@ quorum_failure(RwNode *node, const RwVote *votes, int answered, RwError *err)
 /*
  * One try to take the lock on a majority of the quorum's members. ask[i]:
  * whether member i may be asked (the caller queued the releases owed for
- * the name there ahead of it). Returns:
+ * the name there ahead of it, in the sending phase that ends at send_until:
+ * rw_quorum_phase). Returns:
  *	  RW_GRANTED	a majority of the members that count granted it in
  *					time, and (write) has the token: *result, the largest
  *					token any granting member returned;
@@ -504,8 +504,8 @@ quorum_failure(RwNode *node, const RwVote *votes, int answered, RwError *err)
 RwAcquireStatus
 rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 				  RwMode held_mode, int intent_ms, const bool *ask,
-				  RwVote *votes, int64 *result, char **other, bool *split,
-				  RwError *err)
+				  int64 send_until, RwVote *votes, int64 *result,
+				  char **other, bool *split, RwError *err)
 {
 	RwQuorum   *q = node->quorum;
 	RwAcquireCall *calls = palloc(sizeof(RwAcquireCall) * q->n);
@@ -516,7 +516,8 @@ rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 	int64		token = 0,
 				sleep_ms = PG_INT64_MAX;
 
-	quorum_send_all(node, keys, mode, held_mode, intent_ms, ask, calls, votes);
+	quorum_send_all(node, keys, mode, held_mode, intent_ms, ask, send_until,
+					calls, votes);
 	quorum_collect_all(node, calls, votes);
 	*split = false;
 	for (int i = 0; i < q->n; i++)

@@ -538,6 +538,7 @@ extern bool rw_quorum_counts(RwNode *node, int i, const char **run_id);
 extern RwAcquireStatus rw_quorum_acquire(RwNode *node, const RwKeys *keys,
 										 RwMode mode, RwMode held_mode,
 										 int intent_ms, const bool *ask,
+										 int64 send_until,
 										 RwVote *votes, int64 *result,
 										 char **other, bool *split,
 										 RwError *err);

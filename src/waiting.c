@@ -449,19 +449,22 @@ wait_try_quorum(RwNode *node, const RwKeys *keys, const char *name,
 	RwAcquireStatus status;
 	bool		owes = false;
 	int			order[RW_QUORUM_MAX];
-	int64		until = rw_now_ms() + rw_connect_timeout_ms;
+	int64		until;
+	int64		cap;
 
 	/*
-	 * Releases owed for the name go first on each member. Connecting for
-	 * them is bounded as a round's sending is (quorum.c: timing): the
-	 * members with open connections first, none connected after the time.
+	 * Releases owed for the name go first on each member, in the round's
+	 * sending phase (quorum.c: timing): the members with open connections
+	 * first, none connected after the time.
 	 */
+	cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
 	rw_quorum_order(node, order);
 	for (int k = 0; k < n; k++)
 		ask[order[k]] = rw_quorum_may_send(node, order[k], until, err) &&
 			rw_release_settle_member(node, order[k], name, err);
-	status = rw_quorum_acquire(node, keys, mode, held_mode, intent, ask, votes,
-							   result, other, split, err);
+	rw_conn_restore(cap);
+	status = rw_quorum_acquire(node, keys, mode, held_mode, intent, ask, until,
+							   votes, result, other, split, err);
 	if (status == RW_GRANTED)
 		return status;
 	for (int i = 0; i < n; i++)

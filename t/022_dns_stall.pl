@@ -46,7 +46,8 @@ $node->safe_psql('postgres', "SELECT pg_cancel_backend($pid)");
 ($out, $err, $secs) = sq_wait($s, 8);
 $secs = time - $t0;
 is(sqlstate($err), '57014', 'pg_cancel_backend ends it with 57014') or diag $err;
-cmp_ok($secs, '<', 1.0, sprintf('within a second of the cancel: %.3f s', $secs));
+# 1.5 s, as t/007: the time includes psql starting for the cancel.
+cmp_ok($secs, '<', 1.5, sprintf('within about a second of the cancel: %.3f s', $secs));
 ($out) = sq($s, 'SELECT 1');
 is($out, '1', 'the session goes on');
 
@@ -59,8 +60,8 @@ sleep 0.5;
 $t0 = time;
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($vpid)");
 my $gone = wait_until(sub { backend_gone($node, $vpid) }, 8);
-ok(defined $gone && time - $t0 < 1.0,
-	sprintf('pg_terminate_backend ends the backend within a second: %.3f s', time - $t0));
+ok(defined $gone && time - $t0 < 1.5,
+	sprintf('pg_terminate_backend ends the backend within about a second: %.3f s', time - $t0));
 
 # --- A name in /etc/hosts needs no DNS.
 my $l = session($node);

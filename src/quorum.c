@@ -180,31 +180,44 @@ rw_quorum_failed(RwNode *node, int i, const RwError *err)
 
 /*
  * The order of a round's sends (see timing above): members whose command
- * connection is open, then those to connect, starting at connect_first.
+ * (or subscriber) connection is open, then those to connect, starting at
+ * connect_first.
  */
-void
-rw_quorum_order(RwNode *node, int *order)
+static void
+quorum_order(RwNode *node, bool subscribers, int *order)
 {
 	RwQuorum   *q = node->quorum;
 	int			n = 0;
 
-	for (int i = 0; i < q->n; i++)
-		if (q->member[i]->cmd.ctx != NULL)
-			order[n++] = i;
-	for (int k = 0; k < q->n; k++)
-	{
-		int			i = (q->connect_first + k) % q->n;
+	for (int pass = 0; pass < 2; pass++)
+		for (int k = 0; k < q->n; k++)
+		{
+			int			i = pass == 0 ? k : (q->connect_first + k) % q->n;
+			RwConn	   *conn = subscribers ? &q->member[i]->sub : &q->member[i]->cmd;
 
-		if (q->member[i]->cmd.ctx == NULL)
-			order[n++] = i;
-	}
+			if ((conn->ctx != NULL) == (pass == 0))
+				order[n++] = i;
+		}
 	/* Each takes its turn first: none is left behind a stopped one. */
 	q->connect_first = (q->connect_first + 1) % q->n;
 }
 
 /*
- * Whether member i may be sent to in a round's sending phase that ends at
- * until: yes if its connection is open, or if there is time left to make
+ * Begin a round's sending phase: order[] the members to send to in (see
+ * timing above) and cap every wait until rw_conn_restore(returned) at one
+ * rwlock.connect_timeout from now, *until.
+ */
+int64
+rw_quorum_sending(RwNode *node, bool subscribers, int *order, int64 *until)
+{
+	quorum_order(node, subscribers, order);
+	*until = rw_now_ms() + rw_connect_timeout_ms;
+	return rw_conn_tighten(*until);
+}
+
+/*
+ * Whether member i may be sent to in a sending phase that ends at until:
+ * yes if its command connection is open, or if there is time left to make
  * one. If not, *err says why it was not asked.
  */
 bool
@@ -223,25 +236,15 @@ rw_quorum_may_send(RwNode *node, int i, int64 until, RwError *err)
 }
 
 /*
- * Begin a phase of a round: every wait until rw_conn_restore(returned)
- * ends by timeout_ms from now (see timing above); *until is that instant.
+ * Begin a round's reading phase: every wait until rw_conn_restore(returned)
+ * ends within one rwlock.command_timeout from now (and WAIT's own timeout,
+ * if a WAIT follows the scripts).
  */
 int64
-rw_quorum_phase(int timeout_ms, int64 *until)
+rw_quorum_reading(void)
 {
-	int64		end = rw_now_ms() + timeout_ms;
-
-	if (until != NULL)
-		*until = end;
-	return rw_conn_tighten(end);
-}
-
-/* The reading phase's timeout: with WAIT's own after the scripts, if any. */
-int
-rw_quorum_answer_ms(void)
-{
-	return rw_command_timeout_ms +
-		(rw_wait_replicas > 0 ? rw_wait_replicas_timeout_ms : 0);
+	return rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms +
+						   (rw_wait_replicas > 0 ? rw_wait_replicas_timeout_ms : 0));
 }
 
 /* The value of "field:" in INFO's text, or NULL. */
@@ -357,7 +360,7 @@ quorum_send_all(RwNode *node, const RwKeys *keys, RwMode mode,
 	int			order[RW_QUORUM_MAX];
 	int64		cap = rw_conn_tighten(until);
 
-	rw_quorum_order(node, order);
+	quorum_order(node, false, order);
 	for (int k = 0; k < q->n; k++)
 	{
 		int			i = order[k];
@@ -393,7 +396,7 @@ static void
 quorum_collect_all(RwNode *node, RwAcquireCall *calls, RwVote *votes)
 {
 	RwQuorum   *q = node->quorum;
-	int64		cap = rw_quorum_phase(rw_quorum_answer_ms(), NULL);
+	int64		cap = rw_quorum_reading();
 
 	for (int i = 0; i < q->n; i++)
 	{
@@ -448,7 +451,7 @@ quorum_fence(RwNode *node, const RwKeys *keys, int64 token,
 									 &calls[i], &votes[i].err))
 			sent[i] = true;
 	}
-	cap = rw_quorum_phase(rw_command_timeout_ms, NULL);
+	cap = rw_quorum_reading();
 	for (int i = 0; i < q->n; i++)
 		if (sent[i] && rw_proto_collect_held(&q->member[i]->cmd, &calls[i],
 											  &votes[i].err) == 1)
@@ -488,7 +491,7 @@ quorum_failure(RwNode *node, const RwVote *votes, int answered, RwError *err)
  * One try to take the lock on a majority of the quorum's members. ask[i]:
  * whether member i may be asked (the caller queued the releases owed for
  * the name there ahead of it, in the sending phase that ends at send_until:
- * rw_quorum_phase). Returns:
+ * rw_quorum_sending). Returns:
  *	  RW_GRANTED	a majority of the members that count granted it in
  *					time, and (write) has the token: *result, the largest
  *					token any granting member returned;
@@ -607,8 +610,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	maj = rw_quorum_majority(node);
 	err->kind = RW_OK;
 	/* Sent to all first, then each answer read (see timing above). */
-	cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
-	rw_quorum_order(node, order);
+	cap = rw_quorum_sending(node, false, order, &until);
 	for (int k = 0; k < q->n; k++)
 	{
 		int			m = order[k];
@@ -629,7 +631,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 			quorum_renew_failed(node, m, &merr, err);
 	}
 	rw_conn_restore(cap);
-	cap = rw_quorum_phase(rw_quorum_answer_ms(), NULL);
+	cap = rw_quorum_reading();
 	for (int m = 0; m < q->n; m++)
 	{
 		RwError		merr;

@@ -336,9 +336,8 @@ release_now_members(RwNode *node, const char *name, const RwKeys *keys,
 	RwAcquireCall calls[RW_QUORUM_MAX];
 	int			order[RW_QUORUM_MAX];
 	int64		until;
-	int64		cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
+	int64		cap = rw_quorum_sending(node, false, order, &until);
 
-	rw_quorum_order(node, order);
 	for (int k = 0; k < n; k++)
 	{
 		int			i = order[k];
@@ -354,7 +353,7 @@ release_now_members(RwNode *node, const char *name, const RwKeys *keys,
 			held[i] = -2;		/* sent */
 	}
 	rw_conn_restore(cap);
-	cap = rw_quorum_phase(rw_quorum_answer_ms(), NULL);
+	cap = rw_quorum_reading();
 	for (int i = 0; i < n; i++)
 	{
 		if (held[i] == -3)

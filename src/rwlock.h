@@ -530,10 +530,10 @@ extern RwNode *rw_node_members(RwNode *node);
 extern int	rw_quorum_lease(RwNode *node);
 extern bool rw_quorum_may_ask(RwNode *node, int i);
 extern void rw_quorum_failed(RwNode *node, int i, const RwError *err);
-extern void rw_quorum_order(RwNode *node, int *order);
+extern int64 rw_quorum_sending(RwNode *node, bool subscribers, int *order,
+								int64 *until);
 extern bool rw_quorum_may_send(RwNode *node, int i, int64 until, RwError *err);
-extern int64 rw_quorum_phase(int timeout_ms, int64 *until);
-extern int	rw_quorum_answer_ms(void);
+extern int64 rw_quorum_reading(void);
 extern bool rw_quorum_counts(RwNode *node, int i, const char **run_id);
 extern RwAcquireStatus rw_quorum_acquire(RwNode *node, const RwKeys *keys,
 										 RwMode mode, RwMode held_mode,

@@ -248,22 +248,6 @@ wait_for_push(RwConn *only, bool (*match) (redisReply *), long timeout_ms)
 	}
 }
 
-/*
- * A quorum's subscribers in the order to ask them: the open ones first,
- * then those to connect (as rw_quorum_order does for the command
- * connections).
- */
-static void
-wait_subscribe_order(int *order)
-{
-	int			n = 0;
-
-	for (int pass = 0; pass < 2; pass++)
-		for (int i = 0; i < wait_state.nsubs; i++)
-			if ((wait_state.subs[i]->ctx != NULL) == (pass == 0))
-				order[n++] = i;
-}
-
 /* The member a subscriber belongs to may be asked (not failed lately). */
 static bool
 wait_may_listen(int i)
@@ -292,10 +276,7 @@ wait_subscribe(void)
 	RwError		err;
 
 	if (quorum)
-	{
-		wait_subscribe_order(order);
-		cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
-	}
+		cap = rw_quorum_sending(wait_state.node, true, order, &until);
 	else
 		order[0] = 0;
 	for (int k = 0; k < wait_state.nsubs; k++)
@@ -457,8 +438,7 @@ wait_try_quorum(RwNode *node, const RwKeys *keys, const char *name,
 	 * sending phase (quorum.c: timing): the members with open connections
 	 * first, none connected after the time.
 	 */
-	cap = rw_quorum_phase(rw_connect_timeout_ms, &until);
-	rw_quorum_order(node, order);
+	cap = rw_quorum_sending(node, false, order, &until);
 	for (int k = 0; k < n; k++)
 		ask[order[k]] = rw_quorum_may_send(node, order[k], until, err) &&
 			rw_release_settle_member(node, order[k], name, err);

@@ -52,7 +52,8 @@ introspect_interval(int64 ms)
  */
 /*
  * Ask the node that serves the lock, following a cluster's redirections;
- * in quorum mode, the first member that answers (in the URL's order).
+ * in quorum mode, every member (rw_quorum_info: the lock as a majority of
+ * them has it).
  */
 static void
 introspect_ask(RwNode *node, const RwKeys *keys, RwLockInfo *info)
@@ -60,12 +61,11 @@ introspect_ask(RwNode *node, const RwKeys *keys, RwLockInfo *info)
 	int64		started = rw_now_ms();
 	RwError		err;
 
-	for (int i = 0; i < rw_quorum_size(node); i++)
+	if (rw_quorum_size(node) > 0)
 	{
-		if (rw_proto_info(&rw_quorum_member(node, i)->cmd, keys, info, &err))
-			return;
-		if (err.kind == RW_ERR_INTERRUPTED || i == rw_quorum_size(node) - 1)
+		if (!rw_quorum_info(node, keys, info, &err))
 			rw_raise(&node->cmd, &err);
+		return;
 	}
 	while (!rw_proto_info(rw_cluster_cmd(node, keys), keys, info, &err))
 	{

@@ -141,20 +141,6 @@ proto_prepare(RwScriptCall *call, RwScriptId id, const RwKeys *keys,
 					  keys->len, nargs, args);
 }
 
-/* Run one script; NULL with *err set if Redis could not be asked. */
-static redisReply *
-proto_run_one(RwConn *conn, RwScriptId id, int nargs, const char *const *args,
-			  const RwKeys *keys, RwError *err)
-{
-	RwScriptCall call;
-	redisReply *r;
-
-	proto_prepare(&call, id, keys, nargs, args);
-	if (!rw_script_run(conn, &call, 1, &r, err))
-		return NULL;
-	return r;
-}
-
 /*
  * Send one try to take the lock in `mode`, the session holding `held_mode`
  * of it (RW_READ: an upgrade), without reading the answer
@@ -501,17 +487,29 @@ proto_take_pairs(redisReply *list, int *n, char ***owners, int64 **ms)
 }
 
 /*
- * The state of a lock as Redis has it now; false, with *err, if Redis could
- * not be asked or answered with an error. Never throws.
+ * Send the question of rw_proto_info without reading the answer
+ * (rw_proto_info_collect reads it; a quorum asks all its members first).
+ * Never throws.
  */
 bool
-rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info, RwError *err)
+rw_proto_info_send(RwConn *conn, const RwKeys *keys, RwScriptCall *call,
+				   RwError *err)
 {
 	const char *args[1] = {RW_PROTOCOL_VERSION};
-	redisReply *r = proto_run_one(conn, RW_SCRIPT_INFO, 1, args, keys, err);
+
+	proto_prepare(call, RW_SCRIPT_INFO, keys, 1, args);
+	return rw_script_send(conn, call, 1, 0, err);
+}
+
+/* Read the answer to rw_proto_info_send into *info. Never throws. */
+bool
+rw_proto_info_collect(RwConn *conn, RwScriptCall *call, RwLockInfo *info,
+					  RwError *err)
+{
+	redisReply *r;
 	redisReply **e;
 
-	if (r == NULL)
+	if (!rw_script_collect(conn, call, 1, &r, 0, NULL, err))
 		return false;
 	e = r->element;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 || !proto_is_str(e[0]) ||
@@ -528,4 +526,17 @@ rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info, RwError *err)
 	info->writer_ms = e[3]->integer;
 	freeReplyObject(r);
 	return true;
+}
+
+/*
+ * The state of a lock as Redis has it now; false, with *err, if Redis could
+ * not be asked or answered with an error. Never throws.
+ */
+bool
+rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info, RwError *err)
+{
+	RwScriptCall call;
+
+	return rw_proto_info_send(conn, keys, &call, err) &&
+		rw_proto_info_collect(conn, &call, info, err);
 }

@@ -21,6 +21,9 @@
  *				   release.c, so releases owed stay ordered per member).
  *	  renewal	   on every member; a hold is renewed when a majority
  *				   renewed it, lost when a majority can no longer have it.
+ *	  lock info	   every member asked in one round; the holders and the
+ *				   waiting writers are those a majority lists
+ *				   (rw_quorum_info).
  *	  members that count: one whose Redis has been up for less than
  *				   rwlock.quorum_max_lease (checked on every new
  *				   connection, INFO's uptime) may have restarted empty
@@ -669,4 +672,193 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	pfree(no);
 	pfree(one);
 	return decided;
+}
+
+/* ---------------------------------------------------------------------
+ * The lock as the quorum has it (redis_lock_info)
+ * --------------------------------------------------------------------- */
+
+/* A role's list in a member's view: 0 writer, 1 readers, 2 waiting. */
+static int
+quorum_role(RwLockInfo *view, int role, char ***owners, int64 **ms)
+{
+	if (role == 0)
+	{
+		*owners = &view->writer;
+		*ms = &view->writer_ms;
+		return view->writer != NULL ? 1 : 0;
+	}
+	*owners = role == 1 ? view->readers : view->waiting;
+	*ms = role == 1 ? view->reader_ms : view->waiting_ms;
+	return role == 1 ? view->nreaders : view->nwaiting;
+}
+
+/* Where owner is in a role's list of a view, or -1. */
+static int
+quorum_find(RwLockInfo *view, int role, const char *owner)
+{
+	char	  **owners;
+	int64	   *ms;
+	int			n = quorum_role(view, role, &owners, &ms);
+
+	for (int k = 0; k < n; k++)
+		if (strcmp(owners[k], owner) == 0)
+			return k;
+	return -1;
+}
+
+static int
+quorum_cmp_desc(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a,
+				y = *(const int64 *) b;
+
+	return x > y ? -1 : x < y ? 1 : 0;
+}
+
+/*
+ * The owners that a majority of the views (use[i]) list in a role, in the
+ * order the first view listing each has them, each with the time until
+ * fewer than a majority would list it: the majority-th longest of the
+ * times the views give. Returns how many.
+ */
+static int
+quorum_agreed(RwNode *node, RwLockInfo *views, const bool *use, int role,
+			  char ***owners_out, int64 **ms_out)
+{
+	int			nq = node->quorum->n;
+	int			maj = rw_quorum_majority(node);
+	int			room = 1,
+				found = 0;
+
+	for (int i = 0; i < nq; i++)
+	{
+		char	  **o;
+		int64	   *m;
+
+		if (use[i])
+			room += quorum_role(&views[i], role, &o, &m);
+	}
+	*owners_out = palloc(sizeof(char *) * room);
+	*ms_out = palloc(sizeof(int64) * room);
+	for (int i = 0; i < nq; i++)
+	{
+		char	  **owners;
+		int64	   *ms;
+		int			n = use[i] ? quorum_role(&views[i], role, &owners, &ms) : 0;
+
+		for (int k = 0; k < n; k++)
+		{
+			int64		times[RW_QUORUM_MAX];
+			int			listed = 0;
+			bool		seen = false;
+
+			for (int j = 0; j < found && !seen; j++)
+				seen = strcmp((*owners_out)[j], owners[k]) == 0;
+			for (int j = i; j < nq && !seen; j++)
+			{
+				int			at = use[j] ? quorum_find(&views[j], role, owners[k]) : -1;
+				char	  **jo;
+				int64	   *jm;
+
+				if (at < 0)
+					continue;
+				(void) quorum_role(&views[j], role, &jo, &jm);
+				times[listed++] = jm[at];
+			}
+			if (seen || listed < maj)
+				continue;
+			qsort(times, listed, sizeof(int64), quorum_cmp_desc);
+			(*owners_out)[found] = owners[k];
+			(*ms_out)[found++] = times[maj - 1];
+		}
+	}
+	return found;
+}
+
+/*
+ * The lock as the quorum has it, from every member's view asked in one
+ * round (see timing above): the writer, the readers and the waiting
+ * writers are those a majority of the members that count list so (a
+ * member restarted lately may have forgotten holds; its view is not
+ * listened to), each with the time until fewer than a majority would list
+ * it; the token is the largest any member has. False, with *err, if fewer
+ * than a majority of the members answered and count. Never throws.
+ */
+bool
+rw_quorum_info(RwNode *node, const RwKeys *keys, RwLockInfo *info, RwError *err)
+{
+	RwQuorum   *q = node->quorum;
+	RwScriptCall calls[RW_QUORUM_MAX];
+	RwLockInfo	views[RW_QUORUM_MAX];
+	RwVote		votes[RW_QUORUM_MAX];
+	bool		use[RW_QUORUM_MAX];
+	int			order[RW_QUORUM_MAX];
+	int			answered = 0;
+	char	  **writer;
+	int64	   *writer_ms;
+	int64		until;
+	int64		cap = rw_quorum_sending(node, false, order, &until);
+
+	for (int k = 0; k < q->n; k++)
+	{
+		int			i = order[k];
+		RwVote	   *v = &votes[i];
+
+		memset(v, 0, sizeof(*v));
+		v->status = RW_ACQ_FAILED;
+		if (!rw_quorum_may_ask(node, i))
+		{
+			v->err.kind = RW_ERR_CONNECT;
+			strlcpy(v->err.msg, "not asked (it failed a moment ago)", sizeof(v->err.msg));
+			continue;
+		}
+		if (!rw_quorum_may_send(node, i, until, &v->err))
+			continue;
+		if (!quorum_ready(node, i, &v->err) ||
+			!rw_proto_info_send(&q->member[i]->cmd, keys, &calls[i], &v->err))
+		{
+			rw_quorum_failed(node, i, &v->err);
+			continue;
+		}
+		v->sent = true;
+		v->counts = rw_quorum_counts(node, i, NULL);
+	}
+	rw_conn_restore(cap);
+	cap = rw_quorum_reading();
+	memset(info, 0, sizeof(*info));
+	for (int i = 0; i < q->n; i++)
+	{
+		use[i] = false;
+		if (!votes[i].sent)
+			continue;
+		if (!rw_proto_info_collect(&q->member[i]->cmd, &calls[i], &views[i],
+								   &votes[i].err))
+		{
+			rw_quorum_failed(node, i, &votes[i].err);
+			continue;
+		}
+		votes[i].status = RW_GRANTED;	/* here: answered */
+		info->token = Max(info->token, views[i].token);
+		use[i] = votes[i].counts;
+		answered += use[i];
+	}
+	rw_conn_restore(cap);
+	if (answered < rw_quorum_majority(node))
+	{
+		quorum_failure(node, votes, answered, err);
+		return false;
+	}
+	if (quorum_agreed(node, views, use, 0, &writer, &writer_ms) > 0)
+	{
+		info->writer = writer[0];
+		info->writer_ms = writer_ms[0];
+	}
+	info->nreaders = quorum_agreed(node, views, use, 1, &info->readers,
+								   &info->reader_ms);
+	info->nwaiting = quorum_agreed(node, views, use, 2, &info->waiting,
+								   &info->waiting_ms);
+	strlcpy(info->state, info->writer ? "write" : info->nreaders > 0 ? "read" : "free",
+			sizeof(info->state));
+	return true;
 }

@@ -459,6 +459,10 @@ extern bool rw_proto_renew(RwConn *conn, RwKeys **keys,
 						   int n, int *held, char **why, RwError *err);
 extern bool rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info,
 						  RwError *err);
+extern bool rw_proto_info_send(RwConn *conn, const RwKeys *keys,
+							   RwScriptCall *call, RwError *err);
+extern bool rw_proto_info_collect(RwConn *conn, RwScriptCall *call,
+								  RwLockInfo *info, RwError *err);
 
 /* ---- keeper.c ---- */
 extern void rw_keeper_init(void);
@@ -535,6 +539,8 @@ extern int64 rw_quorum_sending(RwNode *node, bool subscribers, int *order,
 extern bool rw_quorum_may_send(RwNode *node, int i, int64 until, RwError *err);
 extern int64 rw_quorum_reading(void);
 extern bool rw_quorum_counts(RwNode *node, int i, const char **run_id);
+extern bool rw_quorum_info(RwNode *node, const RwKeys *keys, RwLockInfo *info,
+						   RwError *err);
 extern RwAcquireStatus rw_quorum_acquire(RwNode *node, const RwKeys *keys,
 										 RwMode mode, RwMode held_mode,
 										 int intent_ms, const bool *ask,

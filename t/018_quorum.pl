@@ -7,7 +7,9 @@
 # for a lock, a master killed meanwhile, lose no update and do not livelock;
 # an upgrade conflict on any master is a 40P01; the keeper renews quorum
 # holds past several leases; a hold a majority lost is reported lost; the
-# Python QuorumClient shares the locks; fencing tokens strictly increase when
+# Python QuorumClient shares the locks; redis_lock_info (and the Python
+# client's info) show the lock as a majority of the masters has it, and fail
+# without a majority; fencing tokens strictly increase when
 # one master's token field is far ahead (a fast clock), when that master
 # then dies, and when it comes back empty.
 use strict;
@@ -28,6 +30,28 @@ my $node = quorum_node('quorum', '3s', $max_lease, @r);
 my $a = session($node);
 my $b = session($node);
 my ($out, $err, $secs);
+
+# QuorumClient.info(name) of the Python client: "state writer readers
+# waiting" ("-" for none).
+sub py_info {
+	my ($name) = @_;
+	my $code = <<'PY';
+import sys
+sys.path.insert(0, sys.argv[1])
+from rwlock_client import QuorumClient
+c = QuorumClient.from_urls(sys.argv[2], prefix=sys.argv[3], max_lease=6.0)
+i = c.info(sys.argv[4])
+print(" ".join([i["state"], str(i["token"]) if i["writer"] else "", i["writer"] or "-"]
+               + list(i["readers"]) + list(i["waiting"])).replace("  ", " "))
+PY
+	my ($o, $e) = ('', '');
+	IPC::Run::run([ '/usr/bin/python3', '-c', $code,
+		"$FindBin::RealBin/../clients/python", quorum_url(@r), $prefix, $name ],
+		'>', \$o, '2>', \$e);
+	chomp $o;
+	diag $e if $e ne '';
+	return $o;
+}
 
 # Up for less than quorum_max_lease: wait until the masters count.
 sleep $max_lease + 1.5;
@@ -80,6 +104,10 @@ ok(time - $t0 < 2.5, 'within the stopped master\'s command timeout (' . elapsed_
 is($out, 'f', 'and exclusive');
 is(redis_mode_of($_, $prefix, 'p', $owner_a), 'write', "held on master $_")
   for @r[0,1];
+$t0 = time;
+($out, $err) = sq($b, "SELECT state || ' ' || writer FROM redis_lock_info('p')");
+is($out, "write $owner_a", 'redis_lock_info with one master stopped') or diag $err;
+ok(time - $t0 < 2.5, 'within one command timeout (' . elapsed_since($t0) . ' s)');
 ($out) = sq($a, "SELECT redis_unlock('p')");
 is($out, 't', 'released');
 redis_sigcont($r[2]);
@@ -99,6 +127,10 @@ my $owner_b = session_owner($b);
 is(redis_mode_of($r[0], $prefix, 'd', $owner_b), '', 'nothing left on the master that answered');
 ($out, $err) = sq($b, "SELECT redis_try_wlock('d')");
 like(sqlstate($err), qr/^08/, 'the try form too');
+($out, $err) = sq($b, "SELECT state FROM redis_lock_info('d')");
+like(sqlstate($err), qr/^08/, 'redis_lock_info: one master\'s view is not the quorum\'s')
+  or diag "$out $err";
+like($err, qr/only 1 of the 3 .*quorum/, 'saying how many answered');
 
 # Both back, empty: they do not count until they have been up long enough.
 my $restarted = time;
@@ -123,6 +155,10 @@ redis_cli($r[0], 'HSET', "$prefix:{v}", 'v', '2', 'w', 'hand-1');
 redis_cli($r[0], 'PEXPIRE', "$prefix:{v}", '30000');
 redis_cli($r[1], 'HSET', "$prefix:{v}", 'v', '2', 'w', 'hand-2');
 redis_cli($r[1], 'PEXPIRE', "$prefix:{v}", '30000');
+($out, $err) = sq($b, "SELECT state, writer IS NULL FROM redis_lock_info('v')");
+is($out, 'free|t', 'redis_lock_info: a writer on one master of three holds nothing')
+  or diag $err;
+is(py_info('v'), 'free -', 'nor for the Python QuorumClient');
 ($out, $err) = sq($a, "SELECT redis_try_wlock('v', interval '1 s')");
 is($out, 'f', 'one master of three: no grant') or diag $err;
 is(redis_mode_of($r[2], $prefix, 'v', $owner_a), '', 'and nothing left where it was granted');
@@ -137,6 +173,39 @@ is($out, 't', 'granted once a majority is free') or diag $err;
 is(redis_mode_of($r[1], $prefix, 'v', 'hand-2'), 'write', 'the other holder still has its master');
 sq($a, "SELECT redis_unlock('v')");
 redis_cli($r[1], 'DEL', "$prefix:{v}");
+
+# --- redis_lock_info: the lock as a majority has it. A writer on two
+# masters of three (leases 20 s and 8 s: it holds the quorum for 8 s), the
+# first master free; readers, one on two masters, one on one; a waiting
+# writer's intent on two.
+my ($ts) = split /\n/, redis_cli($r[0], 'TIME');
+redis_cli($_->[0], 'HSET', "$prefix:{m}", 'v', '2', 'w', 'hand-w', 'f', $_->[1]),
+redis_cli($_->[0], 'PEXPIRE', "$prefix:{m}", $_->[2])
+  for [ $r[1], 7, 20000 ], [ $r[2], 9, 8000 ];
+redis_cli($r[0], 'HSET', "$prefix:{m}", 'v', '2', 'f', '5');
+($out, $err) = sq($b, "SELECT state || ' ' || token || ' ' || writer || ' ' ||
+	extract(epoch FROM lease_left) FROM redis_lock_info('m')");
+my @f = split / /, $out // '';
+is("@f[0..2]", 'write 9 hand-w', 'a writer on two masters of three: write, the largest token')
+  or diag $err;
+ok(defined $f[3] && $f[3] > 6 && $f[3] <= 8, "lease_left: until only one master has it ($f[3] s)");
+is(py_info('m'), 'write 9 hand-w', 'the Python QuorumClient agrees');
+redis_cli($_, 'DEL', "$prefix:{m}") for @r;
+my %readers = (0 => [ 'rd-a', 'rd-b' ], 1 => [ 'rd-a' ], 2 => [ 'rd-c' ]);
+for my $i (0 .. 2) {
+	redis_cli($r[$i], 'HSET', "$prefix:{m}", 'v', '2', 'n', scalar @{ $readers{$i} },
+		map { ("r:$_", ($ts + 30) * 1000) } @{ $readers{$i} });
+	redis_cli($r[$i], 'PEXPIRE', "$prefix:{m}", '30000');
+}
+for my $i (1, 2) {
+	redis_cli($r[$i], 'HSET', "$prefix:{m}", 'i:hand-q', ($ts + 30) * 1000);
+	redis_cli($r[$i], 'ZADD', "$prefix:{m}:q", '1', 'hand-q');
+}
+($out, $err) = sq($b, "SELECT state, readers, waiting FROM redis_lock_info('m')");
+is($out, 'read|{rd-a}|{hand-q}',
+	'readers and waiting writers: those two masters of three list') or diag $err;
+is(py_info('m'), 'read - rd-a hand-q', 'the Python QuorumClient agrees');
+redis_cli($_, 'DEL', "$prefix:{m}", "$prefix:{m}:q") for @r;
 
 # --- Three sessions contending (their places in the masters' queues may
 # disagree), a master killed in the middle: no lost update (each update

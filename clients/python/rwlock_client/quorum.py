@@ -127,13 +127,44 @@ class QuorumClient(Client):
                                  timeout, on_lost)
 
     def info(self, name: str) -> Dict[str, Any]:
-        """The lock as the first master that answers has it."""
-        for m in self.members[:-1]:
+        """The lock as a majority of the masters has it (docs/protocol.md
+        13.3), every master asked at once: the writer, readers and waiting
+        writers that a majority of the masters that count list, each with
+        the time until fewer would (the majority-th longest of the times
+        they give); the token is the largest any master has. Raises
+        ConnectionError if fewer than a majority answered and count."""
+        def view(i: int) -> Tuple[Any, bool]:
             try:
-                return m.info(name)
-            except redis.exceptions.ConnectionError:
-                pass
-        return self.members[-1].info(name)
+                server = self.members[i].redis.info("server")
+                return self.members[i].info(name), self._counts(i, server)
+            except redis.exceptions.RedisError as e:
+                return e, False
+        views = self._all(view)
+        use = [v for v, counts in views if counts]
+        if len(use) < self.majority:
+            first = next((v for v, _ in views if not isinstance(v, dict)), None)
+            raise redis.exceptions.ConnectionError(
+                "only %d of the %d Redis masters of the quorum answered and count "
+                "toward a majority (%d needed)%s" % (
+                    len(use), len(views), self.majority,
+                    "; first failure: %s" % first if first is not None else ""))
+
+        def agreed(role: Callable[[Dict[str, Any]], Dict[str, int]]) -> Dict[str, int]:
+            out: Dict[str, int] = {}
+            for v in use:
+                for owner in role(v):
+                    times = sorted((role(u)[owner] for u in use if owner in role(u)),
+                                   reverse=True)
+                    if owner not in out and len(times) >= self.majority:
+                        out[owner] = times[self.majority - 1]
+            return out
+        writers = agreed(lambda v: {v["writer"]: v["writer_ms"]} if v["writer"] else {})
+        readers = agreed(lambda v: v["readers"])
+        writer, writer_ms = next(iter(writers.items()), (None, 0))
+        return {"state": "write" if writer else "read" if readers else "free",
+                "token": max(v["token"] for v, _ in views if isinstance(v, dict)),
+                "writer": writer, "writer_ms": writer_ms, "readers": readers,
+                "waiting": agreed(lambda v: v["waiting"])}
 
     # -- acquiring: a vote of the members -----------------------------------------
 

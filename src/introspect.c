@@ -21,6 +21,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "portability/instr_time.h"
 
 /* A text[] of owner ids, or an empty array. */
 static Datum
@@ -113,76 +114,160 @@ redis_lock_info(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
-/*
- * Ask an open connection for PONG; false (and closed) if it fails. Throws
- * only to serve an interrupt.
- */
-static bool
-introspect_ping(RwConn *conn)
+/* A row of redis_connection_info, gathered before its connection is pinged. */
+typedef struct IntrospectRow
 {
-	const char *argv[1] = {"PING"};
+	RwNode	   *shown;			/* a node, or a member of a cluster or quorum */
+	bool		current;
+	bool		subscribed;
+	int			nholds;
+	bool		connected;		/* answered PONG */
+	instr_time	sent;
+} IntrospectRow;
+
+/* Whether a row's PING answer (or anything) may be read without waiting. */
+static bool
+introspect_readable(RwConn *conn)
+{
+	return (conn->tls != NULL && rw_tls_pending(conn->tls)) ||
+		rw_conn_wait_readable(conn, 0);
+}
+
+/* Read a row's PING answer (waiting at most until the cap), and time it. */
+static void
+introspect_pong(IntrospectRow *row)
+{
+	RwConn	   *conn = &row->shown->cmd;
 	redisReply *r;
 	RwError		err;
-	bool		ok;
+	instr_time	now;
 
-	rw_append(conn, 1, argv, NULL, NULL);
 	if (!rw_exchange(conn, 1, &r, &err))
 	{
 		if (err.kind == RW_ERR_INTERRUPTED)
 			rw_raise(conn, &err);
-		return false;
+		return;
 	}
-	ok = r->type == REDIS_REPLY_STATUS;
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, row->sent);
+	conn->last_rtt_ms = INSTR_TIME_GET_MILLISEC(now);
+	row->connected = r->type == REDIS_REPLY_STATUS;
 	freeReplyObject(r);
-	return ok;
 }
 
-/* One row of redis_connection_info: a node, or a member of a cluster. */
+/*
+ * PING every row's open connection at once, then read the answers as they
+ * come, all within one rwlock.command_timeout (as a quorum's rounds: k
+ * servers that do not answer cost one timeout, not k). A connection that
+ * does not answer in time, or fails, is closed: its row is not connected.
+ */
 static void
-introspect_row(ReturnSetInfo *rsinfo, RwNode *shown, bool current,
-			   bool subscribed, int nholds, bool may_see_url)
+introspect_ping_all(IntrospectRow *rows, int n)
 {
-	Datum		values[7];
-	bool		nulls[7] = {0};
-	bool		connected = shown->cmd.ctx != NULL && introspect_ping(&shown->cmd);
+	const char *argv[1] = {"PING"};
+	RwConn	  **waiting = palloc(sizeof(RwConn *) * (n + 1));
+	int			nwaiting = 0;
+	int64		cap;
 
-	if (may_see_url)
-		values[0] = CStringGetTextDatum(shown->ep.display);
-	else
-		nulls[0] = true;
-	values[1] = BoolGetDatum(current);
-	values[2] = BoolGetDatum(connected);
-	values[3] = BoolGetDatum(subscribed);
-	if (connected)
-		values[4] = Float8GetDatum(shown->cmd.last_rtt_ms);
-	else
-		nulls[4] = true;
-	values[5] = Int32GetDatum(nholds);
-	values[6] = CStringGetTextDatum(rw_owner_id());
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	for (int i = 0; i < n; i++)
+	{
+		RwConn	   *conn = &rows[i].shown->cmd;
+		RwError		err;
+
+		rows[i].connected = false;
+		if (conn->ctx == NULL)
+			continue;
+		rw_append(conn, 1, argv, NULL, NULL);
+		INSTR_TIME_SET_CURRENT(rows[i].sent);
+		if (rw_flush(conn, rw_now_ms() + rw_command_timeout_ms, &err))
+			waiting[nwaiting++] = conn;
+		else if (err.kind == RW_ERR_INTERRUPTED)
+			rw_raise(conn, &err);
+	}
+	cap = rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms);
+	while (nwaiting > 0 && rw_conns_wait_readable(waiting, nwaiting, -1))
+	{
+		int			left = 0;
+
+		for (int i = 0, k = 0; i < n && k < nwaiting; i++)
+		{
+			if (&rows[i].shown->cmd != waiting[k])
+				continue;
+			if (introspect_readable(waiting[k]))
+				introspect_pong(&rows[i]);
+			else
+				waiting[left++] = waiting[k];
+			k++;
+		}
+		nwaiting = left;
+	}
+	/* Out of time: each gives up (and is closed) without waiting more. */
+	for (int i = 0, k = 0; i < n && k < nwaiting; i++)
+		if (&rows[i].shown->cmd == waiting[k])
+		{
+			introspect_pong(&rows[i]);
+			k++;
+		}
+	rw_conn_restore(cap);
+	pfree(waiting);
+}
+
+/* Add a row (rows has room for every row a node can have). */
+static void
+introspect_add(IntrospectRow *rows, int *n, RwNode *shown, bool current,
+			   bool subscribed, int nholds)
+{
+	IntrospectRow *row = &rows[(*n)++];
+
+	row->shown = shown;
+	row->current = current;
+	row->subscribed = subscribed;
+	row->nholds = nholds;
 }
 
 /* The rows of a cluster: one per member, with the holds its slots have. */
 static void
-introspect_cluster_rows(ReturnSetInfo *rsinfo, RwNode *n, bool current,
-						bool may_see_url)
+introspect_cluster_rows(IntrospectRow *rows, int *n, RwNode *node, bool current)
 {
 	int			nlist;
 	RwHeld	  **list = rw_holds_list(&nlist);
 
-	for (RwNode *m = rw_cluster_members(n); m != NULL; m = m->next)
+	for (RwNode *m = rw_cluster_members(node); m != NULL; m = m->next)
 	{
 		int			nholds = 0;
-		bool		subscribed = n->sub.ctx != NULL && n->ep.host != NULL &&
-			n->ep.port == m->ep.port && strcmp(n->ep.host, m->ep.host) == 0;
+		bool		subscribed = node->sub.ctx != NULL && node->ep.host != NULL &&
+			node->ep.port == m->ep.port && strcmp(node->ep.host, m->ep.host) == 0;
 
 		for (int i = 0; i < nlist; i++)
-			if (list[i]->node == n && list[i]->redis_mode != RW_NONE &&
-				rw_cluster_node_of(n, &list[i]->keys) == m)
+			if (list[i]->node == node && list[i]->redis_mode != RW_NONE &&
+				rw_cluster_node_of(node, &list[i]->keys) == m)
 				nholds++;
-		introspect_row(rsinfo, m, current, subscribed, nholds, may_see_url);
+		introspect_add(rows, n, m, current, subscribed, nholds);
 	}
 	pfree(list);
+}
+
+/* Emit one row. */
+static void
+introspect_emit(ReturnSetInfo *rsinfo, IntrospectRow *row, bool may_see_url)
+{
+	Datum		values[7];
+	bool		nulls[7] = {0};
+
+	if (may_see_url)
+		values[0] = CStringGetTextDatum(row->shown->ep.display);
+	else
+		nulls[0] = true;
+	values[1] = BoolGetDatum(row->current);
+	values[2] = BoolGetDatum(row->connected);
+	values[3] = BoolGetDatum(row->subscribed);
+	if (row->connected)
+		values[4] = Float8GetDatum(row->shown->cmd.last_rtt_ms);
+	else
+		nulls[4] = true;
+	values[5] = Int32GetDatum(row->nholds);
+	values[6] = CStringGetTextDatum(rw_owner_id());
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /*
@@ -191,8 +276,10 @@ introspect_cluster_rows(ReturnSetInfo *rsinfo, RwNode *n, bool current,
  * holds; for a Redis Cluster, a row per node of it that its slot map
  * names (holds: those in its slots; subscriber: the node the waiters'
  * connection is on); for a quorum, a row per member (holds: all the
- * quorum's, each held on a majority of them). It does not connect; a connection that is open is
- * pinged, so rtt_ms is a fresh round trip. The URL is shown (without its
+ * quorum's, each held on a majority of them). It does not connect; the
+ * connections that are open are pinged, all at once, so rtt_ms is a fresh
+ * round trip, and servers that do not answer cost one
+ * rwlock.command_timeout in all. The URL is shown (without its
  * password) only to roles that may read rwlock.redis_url.
  */
 PG_FUNCTION_INFO_V1(redis_connection_info);
@@ -201,6 +288,9 @@ redis_connection_info(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	RwNode	   *current;
+	IntrospectRow *rows;
+	int			nrows = 0;
+	int			room = 0;
 	bool		may_see_url = has_privs_of_role(GetUserId(),
 												ROLE_PG_READ_ALL_SETTINGS);
 
@@ -209,19 +299,28 @@ redis_connection_info(PG_FUNCTION_ARGS)
 	current = rw_current_node();
 	InitMaterializedSRF(fcinfo, 0);
 	for (RwNode *n = rw_first_node(); n != NULL; n = n->next)
+		room += 1 + Max(rw_quorum_size(n), 0);
+	for (RwNode *n = rw_first_node(); n != NULL; n = n->next)
+		for (RwNode *m = rw_cluster_members(n); m != NULL; m = m->next)
+			room++;
+	rows = palloc(sizeof(IntrospectRow) * room);
+	for (RwNode *n = rw_first_node(); n != NULL; n = n->next)
 	{
 		if (rw_cluster_members(n) != NULL)
-			introspect_cluster_rows(rsinfo, n, n == current, may_see_url);
+			introspect_cluster_rows(rows, &nrows, n, n == current);
 		else if (rw_quorum_size(n) > 0)
 		{
 			/* Every hold of a quorum lives on each of its members. */
 			for (RwNode *m = rw_node_members(n); m != NULL; m = m->next)
-				introspect_row(rsinfo, m, n == current, m->sub.ctx != NULL,
-							   n->nholds, may_see_url);
+				introspect_add(rows, &nrows, m, n == current, m->sub.ctx != NULL,
+							   n->nholds);
 		}
 		else
-			introspect_row(rsinfo, n, n == current, n->sub.ctx != NULL,
-						   n->nholds, may_see_url);
+			introspect_add(rows, &nrows, n, n == current, n->sub.ctx != NULL,
+						   n->nholds);
 	}
+	introspect_ping_all(rows, nrows);
+	for (int i = 0; i < nrows; i++)
+		introspect_emit(rsinfo, &rows[i], may_see_url);
 	return (Datum) 0;
 }

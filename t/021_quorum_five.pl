@@ -7,7 +7,8 @@
 # after the stopped masters' timeouts); with three stopped it is refused
 # (class 08, saying the quorum was not reached), within one timeout of each
 # kind (connecting, answering), and nothing stays behind on the two that
-# answered; readers share over the five; fencing tokens increase across the
+# answered; redis_connection_info pings the five at once (one timeout with
+# two stopped); readers share over the five; fencing tokens increase across the
 # faults; once the masters are back (and a second has passed: a failed
 # master is left alone that long), locks are held on all five again; with
 # the first two masters stopped, the three others are asked before any
@@ -66,6 +67,16 @@ my $t2 = $out;
 ok(time - $t0 < 1.8, 'within one command timeout, not one per stopped master ('
 	  . elapsed_since($t0) . ' s)');
 is(redis_mode_of($_, $prefix, 'p', $owner_a), 'write', "held on master $_") for @r[0 .. 2];
+# b's connections to the two stopped masters are open: each is pinged, all
+# at once.
+$t0 = time;
+($out, $err) = sq($b, "SELECT count(*) FILTER (WHERE connected) || '/' || count(*)
+	FROM redis_connection_info()");
+is($out, '3/5', 'redis_connection_info: the stopped masters are not connected') or diag $err;
+ok(time - $t0 < 1.8, 'answered within one command timeout, not one per stopped master ('
+	  . elapsed_since($t0) . ' s)');
+($out, $err) = sq($b, "SELECT state || ' ' || writer FROM redis_lock_info('p')");
+is($out, "write $owner_a", 'redis_lock_info: the majority\'s view') or diag $err;
 ($out) = sq($b, "SELECT redis_try_wlock('p')");
 is($out, 'f', 'and exclusive');
 # Three leases with two masters stopped: the keeper renews on the three.

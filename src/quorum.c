@@ -32,7 +32,8 @@
  *				   that long, unless it persists every write (CONFIG GET:
  *				   appendonly yes and appendfsync always). The lease of a
  *				   hold is capped at rwlock.quorum_max_lease.
- *	  a member that failed (no connection, no answer in time) is not asked
+ *	  a member that failed (no connection, no answer in time; not a
+ *				   dropped connection, made again at once) is not asked
  *				   again for RW_QUORUM_RETRY_MS: a stopped Redis costs one
  *				   timeout a second, not one per call.
  *	  timing	   a round (an acquisition, a renewal, a release) has two
@@ -173,11 +174,18 @@ rw_quorum_may_ask(RwNode *node, int i)
 	return rw_now_ms() >= node->quorum->retry_ms[i];
 }
 
-/* Member i failed: leave it alone for a while. */
+/*
+ * Member i failed: if it could cost a timeout again (it did not answer in
+ * time, or could not be connected to), leave it alone for a while. A
+ * connection that was dropped (CLIENT KILL, a restart, a failover) is made
+ * again at once: one that cannot be is refused fast, or times out and is
+ * left alone then.
+ */
 void
 rw_quorum_failed(RwNode *node, int i, const RwError *err)
 {
-	if (err->kind != RW_ERR_INTERRUPTED && err->kind != RW_ERR_REPLY)
+	if (err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_CONNECT ||
+		err->kind == RW_ERR_AUTH)
 		node->quorum->retry_ms[i] = rw_now_ms() + RW_QUORUM_RETRY_MS;
 }
 

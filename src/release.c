@@ -184,11 +184,20 @@ release_not_asked(RwError *err)
 	strlcpy(err->msg, "the Redis node failed a moment ago", sizeof(err->msg));
 }
 
+/* Queue a record's release, tagged with it, on an open connection. */
+static void
+release_append(RwOwed *rec, RwConn *conn)
+{
+	rw_proto_release_append(conn, &rec->keys, rec->keep, rec->lease_ms, rec);
+	rec->sent = true;
+	rec->conn = conn;
+	release_unflushed = true;
+}
+
 /*
- * Queue a record's release, tagged with it, on the connection that serves
- * its name now (release_conn), if that connection is open or can be opened
- * (a quorum's member that failed a moment ago is not tried). False, with
- * *err, if not.
+ * Queue a record's release on the connection that serves its name now
+ * (release_conn), if that connection is open or can be opened (a quorum's
+ * member that failed a moment ago is not tried). False, with *err, if not.
  */
 static bool
 release_send(RwOwed *rec, RwError *err)
@@ -206,10 +215,7 @@ release_send(RwOwed *rec, RwError *err)
 			rw_quorum_failed(rec->node, rec->ix, err);
 		return false;
 	}
-	rw_proto_release_append(conn, &rec->keys, rec->keep, rec->lease_ms, rec);
-	rec->sent = true;
-	rec->conn = conn;
-	release_unflushed = true;
+	release_append(rec, conn);
 	return true;
 }
 
@@ -579,11 +585,16 @@ release_settle(RwNode *node, int ix, const char *name, RwError *err)
 		return false;
 	/* Had the connection been replaced, its records would be unsent now. */
 	release_read_node(node);
+
+	/*
+	 * Queued on the open connection as they are: nothing may leave one
+	 * behind (were one not sent, the name would be taken over the hold it
+	 * is to let go of, and later let go of the new one).
+	 */
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
 		if (rec->node == node && rec->ix == ix && !rec->sent &&
 			release_conn(node, ix, &rec->keys) == conn)
-			(void) release_send(rec, err);
-	err->kind = RW_OK;
+			release_append(rec, conn);
 	return true;
 }
 

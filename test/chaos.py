@@ -61,7 +61,11 @@ the faults before it; CHAOS_REPORTS (default 3) says how many are printed.
 
 After the faults stop, every session must make progress: one more increment
 in its own form and a final redis_wlock + redis_unlock, within a few tries,
-and hold nothing at the end; the lock must be free in Redis.
+and hold nothing at the end.
+
+At the end the lock must be free in Redis (in quorum mode: on a majority of
+the masters, and on every master within 3 s of the sessions disconnecting:
+a release owed to a master left alone after a failure goes at exit).
 
 One summary line gives the counts: increments per form, faults per kind,
 errors per SQLSTATE, warnings, violations, lost updates (committed
@@ -78,6 +82,15 @@ Run under pg_virtualenv with the extension installed (as test/run.sh does):
 It starts its own redis-server (6393 if free, else a port the OS picks;
 $CHAOS_REDIS_PORT to choose) with the DEBUG command enabled, and stops it at
 the end however the test ends.
+
+With --quorum N (odd, at least 3; $CHAOS_QUORUM) the same runs in quorum
+mode: N redis-servers, rwlock.redis_url lists them all, and each fault
+strikes one master, drawn at random, so a majority always stays; the
+observer wants the session inside to be the writer on a majority of the
+masters, and the lock must be free on all of them at the end.
+rwlock.quorum_max_lease is set to the lease (10 s, with ALTER SYSTEM, reset
+at the end), and the sessions start once the masters have been up that
+long (they count toward a majority only then).
 """
 import argparse
 import collections
@@ -99,6 +112,7 @@ from rwtest import RedisServer  # noqa: E402
 LOCK = "c"
 KEY = "rwlock:{c}"             # the lock's hash (default rwlock.key_prefix)
 FAULT_EVERY = 0.25
+QUORUM_MAX_LEASE = 10          # s: rwlock.quorum_max_lease in quorum mode
 FAULTS = ("script_flush", "client_kill", "client_pause", "debug_sleep")
 SETTINGS = (
     ("rwlock.lease", "10s"),
@@ -206,6 +220,7 @@ class Session:
         self.increments = collections.Counter()      # per form, committed
         self.busy = collections.Counter()            # try forms that gave up
         self.errors = collections.Counter()          # SQLSTATE
+        self.messages = collections.Counter()        # (SQLSTATE, message: detail)
         self.warnings = collections.Counter()
         self.unlock_false = 0
         self.ambiguous = 0                            # COMMIT failed: unknown
@@ -427,6 +442,13 @@ class Session:
         self.failures.append("session %d: could not get rid of its holds after an error"
                              % self.wid)
 
+    def count_message(self, e):
+        """Count the error's message and detail, numbers left out."""
+        diag = getattr(e, "diag", None)
+        text = "%s: %s" % (getattr(diag, "message_primary", None) or str(e).strip(),
+                           getattr(diag, "message_detail", None) or "")
+        self.messages[e.pgcode or "none", re.sub(r"[0-9]+", "N", text)[:200]] += 1
+
     def next_form(self):
         if self.plan != "mixed":
             return self.plan
@@ -439,6 +461,7 @@ class Session:
         except psycopg2.Error as e:
             self.errors[self.phase + (e.pgcode or "none")] += 1
             self.log("ERROR %s: %s" % (e.pgcode, str(e).strip().splitlines()[0]))
+            self.count_message(e)
             self.recover(e)
             return False
 
@@ -508,9 +531,16 @@ class Session:
 
 # ---- the fault injector and the observer --------------------------------------
 
-def injector(port, deadline, seed, kinds):
+def clients(ports):
+    return [redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
+                        socket_connect_timeout=2) for port in ports]
+
+
+def injector(ports, deadline, seed, kinds):
+    """A fault every FAULT_EVERY s, the kinds in turn, each on one Redis
+    (in quorum mode one master drawn at random)."""
     rnd = random.Random(seed)
-    r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
+    rs = clients(ports)
     i = 0
     tick = time.monotonic() + FAULT_EVERY
     try:
@@ -524,7 +554,9 @@ def injector(port, deadline, seed, kinds):
             kind = kinds[i % len(kinds)]
             i += 1
             tick += FAULT_EVERY
-            detail = ""
+            m = rnd.randrange(len(rs))
+            r = rs[m]
+            detail = " on master %d" % m if len(rs) > 1 else ""
             # Logged before it is sent: its effects come after.
             entry = [now_ms(), kind, ""]
             with shared.mx:
@@ -534,10 +566,10 @@ def injector(port, deadline, seed, kinds):
                     r.execute_command("SCRIPT", "FLUSH")
                 elif kind == "client_kill":
                     # SKIPME yes (the default of the filter form): not this one.
-                    detail = " (%s killed)" % r.execute_command("CLIENT", "KILL", "TYPE", "normal")
+                    detail += " (%s killed)" % r.execute_command("CLIENT", "KILL", "TYPE", "normal")
                 elif kind == "client_pause":
                     ms = rnd.randint(150, 250)
-                    detail = " %d ms" % ms
+                    detail += " %d ms" % ms
                     r.execute_command("CLIENT", "PAUSE", ms, "WRITE")
                 else:
                     r.execute_command("DEBUG", "SLEEP", "0.2")
@@ -549,41 +581,53 @@ def injector(port, deadline, seed, kinds):
                     shared.fault_errors[kind] += 1
                     entry[2] = " failed: %s" % e
     finally:
-        try:
-            r.execute_command("CLIENT", "UNPAUSE")
-        except redis.exceptions.RedisError:
-            pass
+        for r in rs:
+            try:
+                r.execute_command("CLIENT", "UNPAUSE")
+            except redis.exceptions.RedisError:
+                pass
         time.sleep(0.3)         # the last stall is over
         shared.faults_over.set()
 
 
-def observer(port):
+def observer(ports):
     """Between faults, a session inside its critical section must be the
-    writer Redis has for the lock."""
-    r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
+    writer Redis has for the lock (in quorum mode: a majority of the
+    masters have)."""
+    rs = clients(ports)
+    majority = len(rs) // 2 + 1
     while not shared.faults_over.is_set():
         time.sleep(0.02)
         with shared.mx:
             before = dict(shared.inside)
         if not before:
             continue
-        try:
-            writer = r.hget(KEY, "w")
-        except redis.exceptions.RedisError:
+        writers = collections.Counter()
+        failed = 0
+        for r in rs:
+            try:
+                w = r.hget(KEY, "w")
+                writers[w.decode() if w is not None else None] += 1
+            except redis.exceptions.RedisError:
+                failed += 1
+        if failed == len(rs):
             shared.sample_errors += 1
             continue
         with shared.mx:
             after = dict(shared.inside)
         shared.samples += 1
-        writer = writer.decode() if writer is not None else None
+        writer = writers.most_common(1)[0][0]
         for wid, v in before.items():
             s = shared.sessions[wid]
             if after.get(wid) != v or s.owner is None:
                 continue        # not inside for the whole read
-            if writer != s.owner:
+            # A master that could not be read may have it.
+            if writers[s.owner] + failed < majority:
                 report = ("observer at %.1f ms: session %d (%s) was inside its critical "
                           "section (since %.1f ms) while Redis's writer of %r was %s\n%s"
-                          % (now_ms(), wid, v[1], v[2], LOCK, writer or "nobody",
+                          % (now_ms(), wid, v[1], v[2], LOCK,
+                             (writer or "nobody") if len(rs) == 1 else
+                             "per master %s (%d not read)" % (dict(writers), failed),
                              describe([wid], v[2] - 2000)))
                 with shared.mx:
                     shared.mismatches.append(report)
@@ -619,6 +663,9 @@ def parse():
     p.add_argument("--faults", default=os.environ.get("CHAOS_FAULTS", ",".join(FAULTS)),
                    help="the faults injected in turn, comma-separated (default: %s); "
                         "'none' for a run without faults" % ",".join(FAULTS))
+    p.add_argument("--quorum", type=int, default=int(os.environ.get("CHAOS_QUORUM", "0")),
+                   help="quorum mode over that many masters (odd, at least 3; default 0: "
+                        "one Redis)")
     p.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "0")) or
                    int(time.time()) % 100000,
                    help="seed of the sessions' choices and pauses (printed; the faults' "
@@ -637,29 +684,87 @@ def parse():
         a.sessions = max(6, len(a.plan))
     if a.sessions < 6:
         p.error("at least 6 sessions")
+    if a.quorum and (a.quorum < 3 or a.quorum % 2 == 0):
+        p.error("--quorum: an odd number, at least 3")
     return a
 
 
 def main():
     args = parse()
-    srv = RedisServer(6393, "--enable-debug-command", "local", prefix="rwlock-chaos-")
+    first = int(os.environ.get("CHAOS_REDIS_PORT", "6393"))
+    srvs = []
+
+    def stop_all():
+        for srv in srvs:
+            srv.stop()
 
     def on_signal(signum, frame):
-        srv.stop()
+        stop_all()
         os._exit(3)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        return run(srv, args)
+        for _ in range(max(args.quorum, 1)):
+            srvs.append(RedisServer(srvs[-1].port + 1 if srvs else first,
+                                    "--enable-debug-command", "local", prefix="rwlock-chaos-"))
+        return run(srvs, args)
     finally:
-        srv.stop()
+        stop_all()
 
 
-def run(srv, args):
+def writers_at_end(ports):
+    """The writer each Redis has for the lock (None: none; an exception:
+    could not be read)."""
+    out = []
+    for r in clients(ports):
+        try:
+            w = r.hget(KEY, "w")
+            out.append(w.decode() if w is not None else None)
+        except redis.exceptions.RedisError as e:
+            out.append(e)
+    return out
+
+
+def check_free(ports, sessions, stuck):
+    """At the end the lock is free: in Redis (on a majority of a quorum's
+    masters) while the sessions are still connected, and on every master
+    once they have disconnected (a release owed to a master that failed a
+    moment ago goes at the latest at exit)."""
+    verdict = []
+    writers = writers_at_end(ports)
+    held = [(m, w) for m, w in enumerate(writers) if w is not None]
+    if len(held) > len(ports) - (len(ports) // 2 + 1):
+        verdict.append("the lock is still held at the end: %s"
+                       % ", ".join("master %d: %s" % mw for mw in held))
+    if stuck:
+        return verdict
+    for s in sessions:
+        try:
+            s.conn.close()
+        except psycopg2.Error:
+            pass
+    until = time.monotonic() + 3
+    while held and time.monotonic() < until:
+        time.sleep(0.1)
+        held = [(m, w) for m, w in enumerate(writers_at_end(ports)) if w is not None]
+    if held:
+        verdict.append("the lock is still held 3 s after the sessions disconnected: %s"
+                       % ", ".join("master %d: %s" % mw for mw in held))
+    return verdict
+
+
+def run(srvs, args):
+    ports = [srv.port for srv in srvs]
+    url = " ".join(srv.url for srv in srvs)
     admin = psycopg2.connect("")
     admin.autocommit = True
     cur = admin.cursor()
     cur.execute("CREATE EXTENSION IF NOT EXISTS rwlock")
+    if args.quorum:
+        cur.execute("ALTER SYSTEM SET rwlock.quorum_max_lease = '%ds'" % QUORUM_MAX_LEASE)
+        cur.execute("SELECT pg_reload_conf()")
+        # The masters count toward a majority once up that long (and a second).
+        time.sleep(QUORUM_MAX_LEASE + 1.5)
     cur.execute("DROP TABLE IF EXISTS chaos_counter")
     cur.execute("CREATE TABLE chaos_counter (id int PRIMARY KEY, n bigint NOT NULL)")
     cur.execute("INSERT INTO chaos_counter VALUES (1, 0)")
@@ -667,7 +772,7 @@ def run(srv, args):
     cur.execute("CREATE TABLE chaos_log (wid int, seq int, form text, n bigint, "
                 "at timestamptz DEFAULT clock_timestamp(), PRIMARY KEY (wid, seq))")
 
-    sessions = [Session(i, args.plan[i % len(args.plan)], srv.url, args.seed, args.nested,
+    sessions = [Session(i, args.plan[i % len(args.plan)], url, args.seed, args.nested,
                         args.chain, args.timeouts[i % len(args.timeouts)])
                 for i in range(args.sessions)]
     for s in sessions:
@@ -676,9 +781,9 @@ def run(srv, args):
     deadline = start + args.duration
     threads = [threading.Thread(target=s.run, args=(deadline,), daemon=True)
                for s in sessions]
-    inj = threading.Thread(target=injector, args=(srv.port, deadline, args.seed, args.kinds),
+    inj = threading.Thread(target=injector, args=(ports, deadline, args.seed, args.kinds),
                            daemon=True)
-    obs = threading.Thread(target=observer, args=(srv.port,), daemon=True)
+    obs = threading.Thread(target=observer, args=(ports,), daemon=True)
     for t in threads + [inj, obs]:
         t.start()
     verdict = []
@@ -755,12 +860,10 @@ def run(srv, args):
         verdict.append("%d observer mismatches: Redis's writer was not the session "
                        "inside its critical section" % len(shared.mismatches))
     verdict.extend(failures)
-    try:
-        w = redis.Redis(port=srv.port, socket_timeout=2).hget(KEY, "w")
-        if w is not None:
-            verdict.append("the lock is still held in Redis at the end, by %s" % w.decode())
-    except redis.exceptions.RedisError as e:
-        verdict.append("could not read the lock at the end: %s" % e)
+    verdict.extend(check_free(ports, sessions, stuck))
+    if args.quorum:
+        cur.execute("ALTER SYSTEM RESET rwlock.quorum_max_lease")
+        cur.execute("SELECT pg_reload_conf()")
     if not stuck:
         try:
             cur.execute("DROP TABLE chaos_counter, chaos_log")
@@ -771,12 +874,13 @@ def run(srv, args):
     def fmt(counter_):
         return ", ".join("%s %d" % kv for kv in sorted(counter_.items())) or "none"
 
-    print("chaos: %d sessions (%s), %.1f s, seed %d: increments %s (%s; %d with a nested "
+    print("chaos%s: %d sessions (%s), %.1f s, seed %d: increments %s (%s; %d with a nested "
           "lock, %d COMMITs chained to the next acquisition); try busy %s; "
           "faults %d (%s%s); errors %d (%s); warnings %s; unlock false %d; "
           "overlaps %d; stale tokens %d; observer %d samples, %d mismatches; counter %s; "
           "lost updates %s"
-          % (len(sessions), ",".join(s.plan for s in sessions), elapsed, args.seed,
+          % (" (quorum of %d)" % args.quorum if args.quorum else "",
+             len(sessions), ",".join(s.plan for s in sessions), elapsed, args.seed,
              committed, fmt(per_form), sum(s.nested_rounds for s in sessions),
              sum(s.chained for s in sessions), fmt(busy),
              sum(shared.faults.values()), fmt(shared.faults),
@@ -789,6 +893,11 @@ def run(srv, args):
         print("  violations by the last fault before them: %s"
               % ", ".join("%s after %s %d" % (k[0], k[1], v)
                           for k, v in sorted(shared.after_fault.items())))
+    messages = collections.Counter()
+    for s in sessions:
+        messages.update(s.messages)
+    for (code, text), n in messages.most_common(6):
+        print("  %6d x %s %s" % (n, code, text))
     for s in sessions:
         print("  session %d (%s, command_timeout %s, pid %s): %s; errors %s; final %s"
               % (s.wid, s.plan, s.command_timeout, s.pid, fmt(s.increments), fmt(s.errors),

@@ -35,7 +35,10 @@
  *	  a member that failed (no connection, no answer in time; not a
  *				   dropped connection, made again at once) is not asked
  *				   again for RW_QUORUM_RETRY_MS: a stopped Redis costs one
- *				   timeout a second, not one per call.
+ *				   timeout a second, not one per call; unless a round that
+ *				   needs a majority cannot have one without it
+ *				   (rw_quorum_may_ask_round). Releases go to a member left
+ *				   alone only if its connection is open (release.c).
  *	  timing	   a round (an acquisition, a renewal, a release) has two
  *				   phases, each within one timeout shared by all members:
  *				   sending, within rwlock.connect_timeout, to the members
@@ -172,6 +175,25 @@ bool
 rw_quorum_may_ask(RwNode *node, int i)
 {
 	return rw_now_ms() >= node->quorum->retry_ms[i];
+}
+
+/*
+ * The same for a round that needs a majority (an acquisition, a renewal,
+ * redis_lock_info): a member left alone is asked all the same when the
+ * others cannot make a majority without it. Leaving it alone would fail the
+ * round for certain; asking costs at most the round's timeouts, and a
+ * member that stalled for a moment has often recovered.
+ */
+bool
+rw_quorum_may_ask_round(RwNode *node, int i)
+{
+	int			others = 0;
+
+	if (rw_quorum_may_ask(node, i))
+		return true;
+	for (int k = 0; k < node->quorum->n; k++)
+		others += rw_quorum_may_ask(node, k);
+	return others < rw_quorum_majority(node);
 }
 
 /*
@@ -628,7 +650,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 		RwError		merr;
 
 		sent[m] = false;
-		if (!rw_quorum_may_ask(node, m))
+		if (!rw_quorum_may_ask_round(node, m))
 			continue;
 		if (!rw_quorum_may_send(node, m, until, &merr))
 		{
@@ -815,7 +837,7 @@ rw_quorum_info(RwNode *node, const RwKeys *keys, RwLockInfo *info, RwError *err)
 
 		memset(v, 0, sizeof(*v));
 		v->status = RW_ACQ_FAILED;
-		if (!rw_quorum_may_ask(node, i))
+		if (!rw_quorum_may_ask_round(node, i))
 		{
 			v->err.kind = RW_ERR_CONNECT;
 			strlcpy(v->err.msg, "not asked (it failed a moment ago)", sizeof(v->err.msg));

@@ -43,6 +43,7 @@
  */
 #include "rwlock.h"
 
+#include "storage/ipc.h"
 #include "utils/memutils.h"
 
 typedef struct RwOwed
@@ -195,6 +196,20 @@ release_append(RwOwed *rec, RwConn *conn)
 }
 
 /*
+ * Whether a release may go to quorum member ix now: it did not fail a
+ * moment ago, or its connection is open again (a round that needed it made
+ * one): sending on an open connection costs no wait. At exit, every member
+ * is tried (once, within the exit's budget): a hold left there would wait
+ * out its lease.
+ */
+static bool
+release_may_ask_member(RwNode *node, int ix)
+{
+	return rw_quorum_may_ask(node, ix) || proc_exit_inprogress ||
+		rw_quorum_member(node, ix)->cmd.ctx != NULL;
+}
+
+/*
  * Queue a record's release on the connection that serves its name now
  * (release_conn), if that connection is open or can be opened (a quorum's
  * member that failed a moment ago is not tried). False, with *err, if not.
@@ -204,7 +219,7 @@ release_send(RwOwed *rec, RwError *err)
 {
 	RwConn	   *conn = release_conn(rec->node, rec->ix, &rec->keys);
 
-	if (rec->ix >= 0 && !rw_quorum_may_ask(rec->node, rec->ix))
+	if (rec->ix >= 0 && !release_may_ask_member(rec->node, rec->ix))
 	{
 		release_not_asked(err);
 		return false;
@@ -349,8 +364,12 @@ release_now_members(RwNode *node, const char *name, const RwKeys *keys,
 		int			i = order[k];
 
 		held[i] = -1;
-		if (!rw_quorum_may_ask(node, i))
+		if (!release_may_ask_member(node, i))
+		{
+			/* Owed, not failed again: that would keep it left alone. */
 			release_not_asked(&errs[i]);
+			held[i] = -3;
+		}
 		else if (!rw_quorum_may_send(node, i, until, &errs[i]))
 			held[i] = -3;		/* not asked, no time left: owed */
 		else if (release_settle(node, i, name, &errs[i]) &&
@@ -624,12 +643,12 @@ rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 /*
  * The same for member ix of a quorum: false, with *err, if the name must
  * not be taken on that member now (no connection to queue the releases
- * on, or it failed a moment ago).
+ * on, or it failed a moment ago and the others can make a majority).
  */
 bool
 rw_release_settle_member(RwNode *node, int ix, const char *name, RwError *err)
 {
-	if (!rw_quorum_may_ask(node, ix))
+	if (!rw_quorum_may_ask_round(node, ix))
 	{
 		release_not_asked(err);
 		return false;

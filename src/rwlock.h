@@ -533,6 +533,7 @@ extern int	rw_quorum_majority(RwNode *node);
 extern RwNode *rw_node_members(RwNode *node);
 extern int	rw_quorum_lease(RwNode *node);
 extern bool rw_quorum_may_ask(RwNode *node, int i);
+extern bool rw_quorum_may_ask_round(RwNode *node, int i);
 extern void rw_quorum_failed(RwNode *node, int i, const RwError *err);
 extern int64 rw_quorum_sending(RwNode *node, bool subscribers, int *order,
 								int64 *until);

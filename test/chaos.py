@@ -91,6 +91,14 @@ masters, and the lock must be free on all of them at the end.
 rwlock.quorum_max_lease is set to the lease (10 s, with ALTER SYSTEM, reset
 at the end), and the sessions start once the masters have been up that
 long (they count toward a majority only then).
+
+With --cluster ($CHAOS_CLUSTER=1) it runs on a Redis Cluster of three
+masters (rwlock.redis_url redis+cluster://): each fault strikes one master
+drawn at random, and a fifth kind joins them, slot_move: the lock's slot is
+migrated to another master under the sessions (SETSLOT IMPORTING and
+MIGRATING, MIGRATE of its keys until none is left, SETSLOT NODE on every
+master), so that they meet ASK, TRYAGAIN and MOVED. The observer and the
+end check read the lock where its slot is.
 """
 import argparse
 import collections
@@ -107,13 +115,14 @@ import psycopg2.extensions
 import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rwtest import RedisServer  # noqa: E402
+from rwtest import RedisCluster, RedisServer  # noqa: E402
 
 LOCK = "c"
 KEY = "rwlock:{c}"             # the lock's hash (default rwlock.key_prefix)
 FAULT_EVERY = 0.25
 QUORUM_MAX_LEASE = 10          # s: rwlock.quorum_max_lease in quorum mode
 FAULTS = ("script_flush", "client_kill", "client_pause", "debug_sleep")
+CLUSTER_FAULTS = FAULTS + ("slot_move",)
 SETTINGS = (
     ("rwlock.lease", "10s"),
     ("rwlock.connect_timeout", "1s"),
@@ -536,6 +545,47 @@ def clients(ports):
                         socket_connect_timeout=2) for port in ports]
 
 
+def lock_readers(ports, cluster):
+    """Clients to read the lock's hash with: one per Redis (a quorum's
+    masters), or, on a cluster, one that goes where the slot is."""
+    if not cluster:
+        return clients(ports)
+    from redis.cluster import RedisCluster as Client
+    return [Client(host="127.0.0.1", port=ports[0], socket_timeout=2,
+                   socket_connect_timeout=2)]
+
+
+def slot_move(rs, rnd):
+    """Migrate the lock's slot from the master that has it to another one,
+    keys and all, as redis-cli --cluster reshard does."""
+    slot = rs[0].execute_command("CLUSTER", "KEYSLOT", KEY)
+    ids = [r.execute_command("CLUSTER", "MYID").decode() for r in rs]
+    src = None
+    for i, r in enumerate(rs):
+        try:
+            r.execute_command("EXISTS", KEY)    # the others answer MOVED
+            src = i
+            break
+        except redis.exceptions.ResponseError:
+            pass
+    if src is None:
+        raise redis.exceptions.RedisError("no master has slot %d" % slot)
+    dst = rnd.choice([i for i in range(len(rs)) if i != src])
+    rs[dst].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
+    rs[src].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
+    port = rs[dst].connection_pool.connection_kwargs["port"]
+    moved = 0
+    while True:
+        keys = rs[src].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        if not keys:
+            break
+        rs[src].execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", *keys)
+        moved += len(keys)
+    for r in (rs[dst], rs[src]) + tuple(r for i, r in enumerate(rs) if i not in (src, dst)):
+        r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
+    return " slot %d from master %d to %d (%d keys)" % (slot, src, dst, moved)
+
+
 def injector(ports, deadline, seed, kinds):
     """A fault every FAULT_EVERY s, the kinds in turn, each on one Redis
     (in quorum mode one master drawn at random)."""
@@ -571,6 +621,8 @@ def injector(ports, deadline, seed, kinds):
                     ms = rnd.randint(150, 250)
                     detail += " %d ms" % ms
                     r.execute_command("CLIENT", "PAUSE", ms, "WRITE")
+                elif kind == "slot_move":
+                    detail = slot_move(rs, rnd)
                 else:
                     r.execute_command("DEBUG", "SLEEP", "0.2")
                 with shared.mx:
@@ -590,11 +642,11 @@ def injector(ports, deadline, seed, kinds):
         shared.faults_over.set()
 
 
-def observer(ports):
+def observer(ports, cluster):
     """Between faults, a session inside its critical section must be the
     writer Redis has for the lock (in quorum mode: a majority of the
     masters have)."""
-    rs = clients(ports)
+    rs = lock_readers(ports, cluster)
     majority = len(rs) // 2 + 1
     while not shared.faults_over.is_set():
         time.sleep(0.02)
@@ -660,12 +712,17 @@ def parse():
                    help="rwlock.command_timeout of the sessions, comma-separated, taken in "
                         "turn (default 1s,150ms: in a 200 ms stall the first never times "
                         "out, the second does)")
-    p.add_argument("--faults", default=os.environ.get("CHAOS_FAULTS", ",".join(FAULTS)),
-                   help="the faults injected in turn, comma-separated (default: %s); "
-                        "'none' for a run without faults" % ",".join(FAULTS))
+    p.add_argument("--faults", default=os.environ.get("CHAOS_FAULTS"),
+                   help="the faults injected in turn, comma-separated (default: %s; on a "
+                        "cluster, and slot_move); 'none' for a run without faults"
+                        % ",".join(FAULTS))
     p.add_argument("--quorum", type=int, default=int(os.environ.get("CHAOS_QUORUM", "0")),
                    help="quorum mode over that many masters (odd, at least 3; default 0: "
                         "one Redis)")
+    p.add_argument("--cluster", action="store_true",
+                   default=os.environ.get("CHAOS_CLUSTER", "") not in ("", "0"),
+                   help="on a Redis Cluster of three masters, with slot moves among the "
+                        "faults")
     p.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "0")) or
                    int(time.time()) % 100000,
                    help="seed of the sessions' choices and pauses (printed; the faults' "
@@ -673,9 +730,11 @@ def parse():
     a = p.parse_args()
     a.plan = [f.strip() for f in a.forms.split(",") if f.strip()]
     a.timeouts = [t.strip() for t in a.command_timeout.split(",") if t.strip()]
+    if a.faults is None:
+        a.faults = ",".join(CLUSTER_FAULTS if a.cluster else FAULTS)
     a.kinds = [f.strip() for f in a.faults.split(",") if f.strip() and f.strip() != "none"]
     for f in a.kinds:
-        if f not in FAULTS:
+        if f not in (CLUSTER_FAULTS if a.cluster else FAULTS):
             p.error("unknown fault %r" % f)
     for f in a.plan:
         if f not in FORMS + ("mixed",):
@@ -686,6 +745,8 @@ def parse():
         p.error("at least 6 sessions")
     if a.quorum and (a.quorum < 3 or a.quorum % 2 == 0):
         p.error("--quorum: an odd number, at least 3")
+    if a.quorum and a.cluster:
+        p.error("--quorum or --cluster, not both")
     return a
 
 
@@ -704,7 +765,10 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        for _ in range(max(args.quorum, 1)):
+        if args.cluster:
+            srvs.append(RedisCluster(first, 3, prefix="rwlock-chaos-",
+                                     options=("--enable-debug-command", "local")))
+        for _ in range(0 if args.cluster else max(args.quorum, 1)):
             srvs.append(RedisServer(srvs[-1].port + 1 if srvs else first,
                                     "--enable-debug-command", "local", prefix="rwlock-chaos-"))
         return run(srvs, args)
@@ -712,11 +776,11 @@ def main():
         stop_all()
 
 
-def writers_at_end(ports):
+def writers_at_end(ports, cluster):
     """The writer each Redis has for the lock (None: none; an exception:
     could not be read)."""
     out = []
-    for r in clients(ports):
+    for r in lock_readers(ports, cluster):
         try:
             w = r.hget(KEY, "w")
             out.append(w.decode() if w is not None else None)
@@ -725,15 +789,15 @@ def writers_at_end(ports):
     return out
 
 
-def check_free(ports, sessions, stuck):
+def check_free(ports, cluster, sessions, stuck):
     """At the end the lock is free: in Redis (on a majority of a quorum's
     masters) while the sessions are still connected, and on every master
     once they have disconnected (a release owed to a master that failed a
     moment ago goes at the latest at exit)."""
     verdict = []
-    writers = writers_at_end(ports)
+    writers = writers_at_end(ports, cluster)
     held = [(m, w) for m, w in enumerate(writers) if w is not None]
-    if len(held) > len(ports) - (len(ports) // 2 + 1):
+    if len(held) > len(writers) - (len(writers) // 2 + 1):
         verdict.append("the lock is still held at the end: %s"
                        % ", ".join("master %d: %s" % mw for mw in held))
     if stuck:
@@ -746,7 +810,8 @@ def check_free(ports, sessions, stuck):
     until = time.monotonic() + 3
     while held and time.monotonic() < until:
         time.sleep(0.1)
-        held = [(m, w) for m, w in enumerate(writers_at_end(ports)) if w is not None]
+        held = [(m, w) for m, w in enumerate(writers_at_end(ports, cluster))
+                if w is not None]
     if held:
         verdict.append("the lock is still held 3 s after the sessions disconnected: %s"
                        % ", ".join("master %d: %s" % mw for mw in held))
@@ -754,7 +819,7 @@ def check_free(ports, sessions, stuck):
 
 
 def run(srvs, args):
-    ports = [srv.port for srv in srvs]
+    ports = srvs[0].ports if args.cluster else [srv.port for srv in srvs]
     url = " ".join(srv.url for srv in srvs)
     admin = psycopg2.connect("")
     admin.autocommit = True
@@ -783,7 +848,7 @@ def run(srvs, args):
                for s in sessions]
     inj = threading.Thread(target=injector, args=(ports, deadline, args.seed, args.kinds),
                            daemon=True)
-    obs = threading.Thread(target=observer, args=(ports,), daemon=True)
+    obs = threading.Thread(target=observer, args=(ports, args.cluster), daemon=True)
     for t in threads + [inj, obs]:
         t.start()
     verdict = []
@@ -860,7 +925,7 @@ def run(srvs, args):
         verdict.append("%d observer mismatches: Redis's writer was not the session "
                        "inside its critical section" % len(shared.mismatches))
     verdict.extend(failures)
-    verdict.extend(check_free(ports, sessions, stuck))
+    verdict.extend(check_free(ports, args.cluster, sessions, stuck))
     if args.quorum:
         cur.execute("ALTER SYSTEM RESET rwlock.quorum_max_lease")
         cur.execute("SELECT pg_reload_conf()")
@@ -879,7 +944,8 @@ def run(srvs, args):
           "faults %d (%s%s); errors %d (%s); warnings %s; unlock false %d; "
           "overlaps %d; stale tokens %d; observer %d samples, %d mismatches; counter %s; "
           "lost updates %s"
-          % (" (quorum of %d)" % args.quorum if args.quorum else "",
+          % (" (quorum of %d)" % args.quorum if args.quorum else
+             " (cluster of 3)" if args.cluster else "",
              len(sessions), ",".join(s.plan for s in sessions), elapsed, args.seed,
              committed, fmt(per_form), sum(s.nested_rounds for s in sessions),
              sum(s.chained for s in sessions), fmt(busy),

@@ -11,7 +11,8 @@
 # (driver.py --cluster, 6420-6422: SQL sessions on its redis+cluster:// URL,
 # the clients through their cluster classes), the load test, the chaos test (faults injected into its own Redis;
 # CHAOS_DURATION, default 30 s), the same in quorum mode (three masters, each
-# fault on one of them) and the TAP suite (test/tap.sh: its own Redis
+# fault on one of them) and on a Redis Cluster (slot moves among the faults),
+# and the TAP suite (test/tap.sh: its own Redis
 # servers on 6382-6389, its own clusters, and pgbouncer in t/011).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,5 +41,6 @@ pg_virtualenv -t /usr/bin/python3 test/compliance/driver.py --cluster python pyt
 pg_virtualenv -t /usr/bin/python3 test/load.py || status=1
 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 CHAOS_QUORUM=3 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
+CHAOS_CLUSTER=1 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 bash test/tap.sh || status=1
 exit $status

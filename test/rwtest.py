@@ -85,13 +85,13 @@ class RedisServer:
 
 class RedisCluster:
     """Three masters, no replicas, on 127.0.0.1 from first_port on (the next
-    free ones, their bus ports free too), joined by `redis-cli --cluster
-    create`; up once every node says cluster_state:ok. url: the extension's
+    free ones, their bus ports free too; options: more redis-server options),
+    joined by `redis-cli --cluster create`; up once every node says cluster_state:ok. url: the extension's
     redis+cluster:// URL naming every node; stop() stops them all."""
 
     cluster = True
 
-    def __init__(self, first_port, masters=3, prefix="rwlock-cluster-"):
+    def __init__(self, first_port, masters=3, prefix="rwlock-cluster-", options=()):
         self.nodes = []
         atexit.register(self.stop)
         try:
@@ -99,7 +99,7 @@ class RedisCluster:
                 self.nodes.append(RedisServer(port, "--cluster-enabled", "yes",
                                               "--cluster-config-file", "nodes.conf",
                                               "--cluster-node-timeout", "2000",
-                                              prefix=prefix, exact=True))
+                                              *options, prefix=prefix, exact=True))
             self.ports = [n.port for n in self.nodes]
             self.port = self.ports[0]
             subprocess.run(["redis-cli", "--cluster", "create"]

@@ -121,17 +121,10 @@ typedef struct IntrospectRow
 	bool		current;
 	bool		subscribed;
 	int			nholds;
+	bool		pinged;			/* PING sent, its answer not read yet */
 	bool		connected;		/* answered PONG */
 	instr_time	sent;
 } IntrospectRow;
-
-/* Whether a row's PING answer (or anything) may be read without waiting. */
-static bool
-introspect_readable(RwConn *conn)
-{
-	return (conn->tls != NULL && rw_tls_pending(conn->tls)) ||
-		rw_conn_wait_readable(conn, 0);
-}
 
 /* Read a row's PING answer (waiting at most until the cap), and time it. */
 static void
@@ -141,8 +134,10 @@ introspect_pong(IntrospectRow *row)
 	redisReply *r;
 	RwError		err;
 	instr_time	now;
+	bool		ok = rw_exchange(conn, 1, &r, &err);
 
-	if (!rw_exchange(conn, 1, &r, &err))
+	row->pinged = false;
+	if (!ok)
 	{
 		if (err.kind == RW_ERR_INTERRUPTED)
 			rw_raise(conn, &err);
@@ -156,60 +151,89 @@ introspect_pong(IntrospectRow *row)
 }
 
 /*
+ * Read the answers of the pinged rows as they come, until the cap (the
+ * waits serve interrupts: they may throw).
+ */
+static void
+introspect_read_pongs(IntrospectRow *rows, int n)
+{
+	int		   *pending = palloc(sizeof(int) * (n + 1));
+	RwConn	  **conns = palloc(sizeof(RwConn *) * (n + 1));
+	int			npending = 0;
+
+	for (int i = 0; i < n; i++)
+		if (rows[i].pinged)
+			pending[npending++] = i;
+	while (npending > 0)
+	{
+		int			left = 0;
+
+		for (int k = 0; k < npending; k++)
+			conns[k] = &rows[pending[k]].shown->cmd;
+		if (!rw_conns_wait_readable(conns, npending, -1))
+			break;
+		for (int k = 0; k < npending; k++)
+		{
+			RwConn	   *conn = conns[k];
+
+			if ((conn->tls != NULL && rw_tls_pending(conn->tls)) ||
+				rw_conn_wait_readable(conn, 0))
+				introspect_pong(&rows[pending[k]]);
+			else
+				pending[left++] = pending[k];
+		}
+		npending = left;
+	}
+	/* Out of time: each gives up (and is closed) without waiting more. */
+	for (int k = 0; k < npending; k++)
+		introspect_pong(&rows[pending[k]]);
+	pfree(pending);
+	pfree(conns);
+}
+
+/*
  * PING every row's open connection at once, then read the answers as they
  * come, all within one rwlock.command_timeout (as a quorum's rounds: k
  * servers that do not answer cost one timeout, not k). A connection that
  * does not answer in time, or fails, is closed: its row is not connected.
+ * So is every connection whose answer is still due when an interrupt cuts
+ * the wait short: its PONG must not be read as the next command's answer.
  */
 static void
 introspect_ping_all(IntrospectRow *rows, int n)
 {
 	const char *argv[1] = {"PING"};
-	RwConn	  **waiting = palloc(sizeof(RwConn *) * (n + 1));
-	int			nwaiting = 0;
-	int64		cap;
+	int64		cap = rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms);
 
 	for (int i = 0; i < n; i++)
+		rows[i].pinged = rows[i].connected = false;
+	PG_TRY();
 	{
-		RwConn	   *conn = &rows[i].shown->cmd;
-		RwError		err;
-
-		rows[i].connected = false;
-		if (conn->ctx == NULL)
-			continue;
-		rw_append(conn, 1, argv, NULL, NULL);
-		INSTR_TIME_SET_CURRENT(rows[i].sent);
-		if (rw_flush(conn, rw_now_ms() + rw_command_timeout_ms, &err))
-			waiting[nwaiting++] = conn;
-		else if (err.kind == RW_ERR_INTERRUPTED)
-			rw_raise(conn, &err);
-	}
-	cap = rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms);
-	while (nwaiting > 0 && rw_conns_wait_readable(waiting, nwaiting, -1))
-	{
-		int			left = 0;
-
-		for (int i = 0, k = 0; i < n && k < nwaiting; i++)
+		for (int i = 0; i < n; i++)
 		{
-			if (&rows[i].shown->cmd != waiting[k])
+			RwConn	   *conn = &rows[i].shown->cmd;
+			RwError		err;
+
+			if (conn->ctx == NULL)
 				continue;
-			if (introspect_readable(waiting[k]))
-				introspect_pong(&rows[i]);
-			else
-				waiting[left++] = waiting[k];
-			k++;
+			rw_append(conn, 1, argv, NULL, NULL);
+			INSTR_TIME_SET_CURRENT(rows[i].sent);
+			rows[i].pinged = rw_flush(conn, rw_now_ms() + rw_command_timeout_ms, &err);
+			if (!rows[i].pinged && err.kind == RW_ERR_INTERRUPTED)
+				rw_raise(conn, &err);
 		}
-		nwaiting = left;
+		introspect_read_pongs(rows, n);
 	}
-	/* Out of time: each gives up (and is closed) without waiting more. */
-	for (int i = 0, k = 0; i < n && k < nwaiting; i++)
-		if (&rows[i].shown->cmd == waiting[k])
-		{
-			introspect_pong(&rows[i]);
-			k++;
-		}
+	PG_CATCH();
+	{
+		for (int i = 0; i < n; i++)
+			if (rows[i].pinged)
+				rw_conn_close(&rows[i].shown->cmd);
+		rw_conn_restore(cap);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	rw_conn_restore(cap);
-	pfree(waiting);
 }
 
 /* Add a row (rows has room for every row a node can have). */

@@ -2,7 +2,8 @@
 # rwlock.command_timeout says, statement_timeout and cancel end any rwlock
 # call within about a second (57014), pg_terminate_backend ends a backend
 # within a second, and COMMIT with _xact holds on a stalled Redis returns
-# within one rwlock.command_timeout.
+# within one rwlock.command_timeout. An interrupt that cuts a call short
+# leaves no answer behind for the next call to mistake for its own.
 #
 # Redis is stalled three ways: SIGSTOP (it accepts connections into the
 # kernel's backlog but answers nothing), DEBUG SLEEP (it answers late), and
@@ -201,6 +202,27 @@ diag sprintf("e) terminated session's locks free in Redis %s after the thaw",
 ($out) = sq($conn, "SELECT redis_try_wlock('d1') AND redis_try_wlock('d4') AND redis_try_wlock('d6')");
 is($out, 't', 'e) another session takes them');
 sq($conn, 'SELECT redis_unlock_all()');
+
+# --- b') An interrupt while redis_connection_info waits for its PONGs leaves
+# no answer behind on a connection kept: the next call, sent while Redis is
+# still frozen, reads its own answer once Redis wakes, not the PONG.
+my $ci = session($node);
+sq($ci, "SET rwlock.command_timeout = '1h'");
+($out) = sq($ci, "SELECT redis_wlock('ci0') > 0 AND redis_unlock('ci0')");
+is($out, 't', "b') the session is connected to Redis");
+redis_sigstop($port);
+sq($ci, "SET statement_timeout = '500ms'");
+($out, $err) = sq($ci, 'SELECT count(*) FROM redis_connection_info()');
+is(sqlstate($err), '57014', "b') statement_timeout ends redis_connection_info on the frozen Redis");
+sq($ci, 'RESET statement_timeout');
+sq_send($ci, "SELECT redis_wlock('ci1') > 0");
+sleep 0.3;
+redis_sigcont($port);
+($out, $err) = sq_wait($ci, 5);
+is($out, 't', "b') the next call, sent before Redis woke, gets its own answer") or diag $err;
+($out, $err) = sq($ci, "SELECT redis_unlock('ci1')");
+is($out, 't', "b') and the lock it took is released") or diag $err;
+is(lock_state($port, $prefix, 'ci1'), 'free', "b') free in Redis");
 
 # --- a') The same cut-off when Redis answers late (DEBUG SLEEP 3).
 sq($conn, "SET statement_timeout = '1s'");

@@ -4,7 +4,10 @@
 # - clients/python with pip into a fresh virtualenv (Debian's python3-redis
 #   through --system-site-packages; no index needed);
 # - clients/node with npm pack, its tarball installed into a fresh project
-#   (ioredis from npm's cache, filled by `npm ci` in clients/node).
+#   (ioredis from npm's cache where it can be, else from the registry, as
+#   `npm ci` in clients/node got it: npm 11's --offline refuses a
+#   dependency whose registry metadata the cache lacks, and `npm ci` caches
+#   the tarballs only).
 # Prints "packages: ok" or what failed; exits non-zero on a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +34,7 @@ PY
 (cd clients/node && npm pack --silent --pack-destination "$TMP" >/dev/null)
 mkdir "$TMP/app"
 (cd "$TMP/app" && npm init -y >/dev/null &&
- npm install --offline --no-audit --no-fund --silent "$TMP"/rwlock-*.tgz &&
+ npm install --prefer-offline --no-audit --no-fund --silent "$TMP"/rwlock-*.tgz &&
  node -e '
 const rw = require("rwlock"); const fs = require("fs"); const path = require("path");
 const d = rw.defaultLuaDir();

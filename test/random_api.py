@@ -316,7 +316,7 @@ class Driver:
         s, rnd = self.sessions[i], self.rnd
         name = self.pick_name()
         mode = W if rnd.random() < 0.4 else R
-        level = "session" if rnd.random() < 0.55 else "xact"
+        level = "session" if rnd.random() < (0.35 if s.in_block else 0.6) else "xact"
         is_try = rnd.random() < 0.5
         wait = None
         if is_try and rnd.random() < 0.3:
@@ -427,16 +427,18 @@ class Driver:
                               "savepoint", "error"], [3, 1, 4 if s.savepoints else 0,
                                                       2, 1, 1, 1])[0]
         else:
-            ch = rnd.choices(
-                ["lock", "unlock", "unlock_all", "begin", "commit", "rollback",
-                 "savepoint", "rollback_to", "release", "prepare", "error", "bad",
-                 "discard"],
-                [40, 14, 2, 0 if s.in_block else 7,
-                 4 if s.in_block else 0, 3 if s.in_block else 0,
-                 4 if s.in_block else 0, 3 if s.savepoints else 0,
-                 2 if s.savepoints else 0,
-                 0.7 if s.in_block and (s.n_xact() or self.prepared_disabled) else 0,
-                 2, 2, 1])[0]
+            kinds = ["lock", "unlock", "unlock_all", "begin", "commit", "rollback",
+                     "savepoint", "rollback_to", "release", "prepare", "error", "bad",
+                     "discard"]
+            if not s.in_block:
+                weights = [40, 14, 2, 10, 0, 0, 0, 0, 0, 0, 1, 2, 1]
+            else:
+                # Long enough blocks, with savepoints released and rolled back to.
+                sp = 1 if s.savepoints else 0
+                weights = [25, 6, 1, 0, 2, 1.5, 8, 7 * sp, 6 * sp,
+                           0.5 if s.n_xact() or self.prepared_disabled else 0,
+                           1.5, 1, 0.5]
+            ch = rnd.choices(kinds, weights)[0]
         if ch == "lock":
             return self.step_lock(i)
         if ch == "unlock":

@@ -48,6 +48,7 @@ class LockState:
         self.holders = {}        # owner id -> W or R
         self.last_token = 0      # f
         self.token_known = True  # False: the hash may have expired (idle > keep)
+        self.token_kept = True   # False: Redis lost the hash (its field f) since
         self.touched = 0.0       # when a holder last left or came
         self.mark_until = None   # upper bound of a waiting reader's mark (rw)
         self.turn_pending = False  # a writer left while the mark may have been live
@@ -63,6 +64,8 @@ class LockState:
         return not oth
 
     def expected_read_tokens(self, now):
+        if not self.token_kept:
+            return {0}
         if self.token_known and now - self.touched < KEEP_TOKEN_S - 30:
             return {self.last_token}
         return {self.last_token, 0}
@@ -93,6 +96,24 @@ class Redis:
         else:
             ls.holders[owner] = mode
         ls.touched = now
+
+    def forget(self, name):
+        """Redis lost the lock's keys (a restart that lost the data set, an
+        eviction): its holders' holds are lost, a read gets token 0 until
+        the next write, whose token is still above every earlier one."""
+        ls = self.locks[name]
+        lost = dict(ls.holders)
+        ls.holders.clear()
+        ls.token_kept = False
+        ls.mark_until = None
+        ls.turn_pending = False
+        return lost
+
+    def wrote(self, name, token):
+        """A write grant's token, seen."""
+        ls = self.locks[name]
+        ls.last_token = max(ls.last_token, token)
+        ls.token_kept = ls.token_known = True
 
     def reader_waited(self, name, until):
         ls = self.locks[name]
@@ -142,6 +163,7 @@ class Rec:
         self.xact = []           # (mode, nest level)
         self.token = 0
         self.redis_mode = None
+        self.lost = False        # Redis lost it; the session was told
 
     def level_mode(self, level):
         modes = self.stack if level == "session" else [m for m, _ in self.xact]
@@ -155,6 +177,10 @@ class Rec:
 
 
 NOT_HELD = "you don't own a session-level hold of Redis lock"
+
+
+def LOST(name):
+    return 'Redis lock "%s" was lost' % name
 
 
 class Session:
@@ -176,6 +202,7 @@ class Session:
         # For avoiding the known crash STACK (held.c before its fix): the
         # room reserved for xact holds, as held_reserve_xact grows it.
         self.cap_xact = 0
+        self.notes = []          # warnings of the call in progress
 
     # ---- state ----
     def level(self):
@@ -188,33 +215,41 @@ class Session:
         return self.recs.get(name)
 
     def holds_rows(self):
-        """redis_held_locks: {(name, mode, level): (depth, token)}."""
+        """redis_held_locks: {(name, mode, level): (depth, token, lease_state)}."""
         rows = {}
         for name, r in self.recs.items():
             for level, modes in (("session", r.stack), ("xact", [m for m, _ in r.xact])):
                 for m in (W, R):
                     c = modes.count(m)
                     if c:
-                        rows[(name, m, level)] = (c, r.token)
+                        rows[(name, m, level)] = (c, r.token, "lost" if r.lost else "held")
         return rows
 
     def locks_rows(self):
-        """redis_locks for this session: {(name, mode, level): token}."""
+        """redis_locks for this session: {(name, mode, level): (token,
+        lease_state)}: every record was published when Redis granted it."""
         rows = {}
         for name, r in self.recs.items():
-            if r.redis_mode is None:
-                continue
             for level in ("session", "xact"):
                 m = r.level_mode(level)
                 if m:
-                    rows[(name, m, level)] = r.token
+                    rows[(name, m, level)] = (r.token, "lost" if r.lost else "held")
         return rows
+
+    def outcome(self, **kw):
+        """An Outcome with the warnings noted meanwhile."""
+        out = Outcome(**kw)
+        out.warnings = self.notes + out.warnings
+        self.notes = []
+        return out
 
     def _sync(self, name, now):
         """Bring Redis in line with the holds left; forget an empty record."""
         r = self.recs[name]
         want = r.wanted()
-        if RANK[want] < RANK[r.redis_mode]:
+        if r.lost:
+            self.notes.append(LOST(name))    # Redis has nothing of it to release
+        elif RANK[want] < RANK[r.redis_mode]:
             self.redis.set_mode(name, self.owner, want, now)
             r.redis_mode = want
         if r.empty():
@@ -223,12 +258,18 @@ class Session:
     # ---- what a call would do, for the generator ----
     def would_go_to_redis(self, name, mode):
         r = self.recs.get(name)
-        return r is None or RANK[r.redis_mode] < RANK[mode]
+        return r is None or r.lost or RANK[r.redis_mode] < RANK[mode]
+
+    def want(self, name, mode):
+        """The mode asked of Redis for a call of mode: what the record will
+        hold (a lost record takes again all it holds)."""
+        r = self.recs.get(name)
+        return stronger(mode, r.wanted()) if r is not None else mode
 
     def grantable(self, name, mode):
         if not self.would_go_to_redis(name, mode):
             return True
-        return self.redis.locks[name].grantable(self.owner, mode)
+        return self.redis.locks[name].grantable(self.owner, self.want(name, mode))
 
     def safe_to_stack(self, name, mode, level, k):
         """Whether k holds of name at level in one statement stay clear of
@@ -256,8 +297,10 @@ class Session:
     def _release_xact(self, level, now):
         for name in list(self.recs):
             r = self.recs[name]
-            r.xact = [(m, lv) for m, lv in r.xact if lv < level]
-            self._sync(name, now)
+            kept = [(m, lv) for m, lv in r.xact if lv < level]
+            if len(kept) < len(r.xact):
+                r.xact = kept
+                self._sync(name, now)
 
     def statement_end(self, now):
         """Outside a block a statement is its own transaction."""
@@ -271,35 +314,41 @@ class Session:
             return Outcome(sqlstate="25P02")
         r = self.recs.get(name)
         out = None
+        if r is not None and r.lost:
+            # Told once more, and taken again in Redis.
+            self.notes.append(LOST(name))
+            r.redis_mode = None
         if self.would_go_to_redis(name, mode):
             # held_reserve_xact, for the STACK avoidance
             if self.n_xact() >= self.cap_xact:
                 self.cap_xact = max(16, 2 * self.cap_xact)
             ls = self.redis.locks[name]
-            if not ls.grantable(self.owner, mode):
-                out = (Outcome(value=False if k == 1 else 0) if is_try
-                       else Outcome(sqlstate="55P03"))
-                # A reader that waits leaves a mark (the driver dates it).
-                out.reader_mark = mode == R and waits
+            want = self.want(name, mode)
+            if not ls.grantable(self.owner, want):
+                if r is not None and r.lost and is_try:
+                    self.notes += [LOST(name)] * (k - 1)   # each call is told
                 if is_try:
                     self.statement_end(now)
+                    out = self.outcome(value=False if k == 1 else 0)
                 else:
                     self.abort(now)
+                    out = self.outcome(sqlstate="55P03")
+                # A reader that waits leaves a mark (the driver dates it).
+                out.reader_mark = want == R and waits
                 return out
             if r is None:
                 r = self.recs[name] = Rec()
-            want = stronger(mode, r.wanted())
             if want == W:
-                out = Outcome(value=True if is_try else None, token_above=ls.last_token)
-                ls.token_known = True
+                out = self.outcome(value=True if is_try else None, token_above=ls.last_token)
             else:
-                out = Outcome(value=True if is_try else None,
-                              tokens=ls.expected_read_tokens(now))
+                out = self.outcome(value=True if is_try else None,
+                                   tokens=ls.expected_read_tokens(now))
             self.redis.set_mode(name, self.owner, want, now)
             r.redis_mode = want
+            r.lost = False
             # r.token is set by granted() once the driver has the token.
         else:
-            out = Outcome(value=True if is_try else r.token)
+            out = self.outcome(value=True if is_try else r.token)
             out.stacked_token = r.token
         for _ in range(k):
             if level == "session":
@@ -309,6 +358,8 @@ class Session:
         if k > 1:
             out.value = k
         self.statement_end(now)
+        out.warnings += self.notes
+        self.notes = []
         return out
 
     def granted(self, name, token, mode):
@@ -317,8 +368,7 @@ class Session:
         if r is not None:
             r.token = token
         if mode == W:
-            ls = self.redis.locks[name]
-            ls.last_token = max(ls.last_token, token)
+            self.redis.wrote(name, token)
 
     def unlock(self, name, k, now):
         if self.aborted:
@@ -330,10 +380,11 @@ class Session:
                 warnings.append(NOT_HELD)
                 continue
             r.stack.pop()
+            if not r.lost:
+                ok += 1
             self._sync(name, now)
-            ok += 1
         self.statement_end(now)
-        return Outcome(value=(ok == 1) if k == 1 else ok, warnings=warnings)
+        return self.outcome(value=(ok == 1) if k == 1 else ok, warnings=warnings)
 
     def unlock_all(self, now):
         if self.aborted:
@@ -341,19 +392,21 @@ class Session:
         n = 0
         for name in list(self.recs):
             n += len(self.recs[name].stack)
-            self.recs[name].stack = []
-            self._sync(name, now)
+            if self.recs[name].stack:
+                self.recs[name].stack = []
+                self._sync(name, now)
         self.statement_end(now)
-        return Outcome(value=n)
+        return self.outcome(value=n)
 
     def discard_all(self, now):
         if self.aborted:
             return Outcome(sqlstate="25P02")
         if self.in_block:
             self.abort(now)
-            return Outcome(sqlstate="25001")
-        self.unlock_all(now)
-        return Outcome(value=None)
+            return self.outcome(sqlstate="25001")
+        out = self.unlock_all(now)
+        out.value = None
+        return out
 
     def begin(self):
         self.in_block, self.aborted, self.savepoints = True, False, []
@@ -363,7 +416,7 @@ class Session:
         """COMMIT, ROLLBACK (and COMMIT of an aborted block)."""
         self._release_xact(1, now)
         self.in_block, self.aborted, self.savepoints = False, False, []
-        return Outcome(value=None)
+        return self.outcome(value=None)
 
     def savepoint(self, sp):
         if self.aborted:
@@ -377,7 +430,7 @@ class Session:
         self._release_xact(j + 2, now)
         del self.savepoints[j + 1:]
         self.aborted = False
-        return Outcome(value=None)
+        return self.outcome(value=None)
 
     def release_sp(self, j):
         if self.aborted:
@@ -391,22 +444,46 @@ class Session:
         if self.aborted:
             return Outcome(sqlstate="25P02")
         self.abort(now)
-        return Outcome(sqlstate=sqlstate)
+        return self.outcome(sqlstate=sqlstate)
 
     def prepare(self, now, prepared_disabled):
         """PREPARE TRANSACTION: refused with xact holds (0A000); else, with
         max_prepared_transactions = 0, 55000. Either way the block ends."""
         assert self.in_block and not self.aborted
         state = "0A000" if self.n_xact() else "55000"
-        self.end_block(now)
-        return Outcome(sqlstate=state)
+        out = self.end_block(now)
+        out.sqlstate, out.value = state, None
+        return out
 
     def terminated(self, now):
         for name in list(self.recs):
             r = self.recs[name]
             r.stack, r.xact = [], []
             self._sync(name, now)
+        self.notes = []
         self.in_block, self.aborted, self.savepoints = False, False, []
+
+
+    def lose(self, name):
+        """Redis lost name: the session's record of it is lost."""
+        r = self.recs.get(name)
+        if r is not None and r.redis_mode is not None:
+            r.lost = True
+
+    def renew(self):
+        """redis_renew(): every record held in Redis renewed, the lost
+        ones reported."""
+        if self.aborted:
+            return Outcome(sqlstate="25P02")
+        n, warnings = 0, []
+        for name, r in self.recs.items():
+            if r.redis_mode is None:
+                continue
+            if r.lost:
+                warnings.append(LOST(name))
+            else:
+                n += 1
+        return Outcome(value=n, warnings=warnings)
 
 
 class PyHolder:

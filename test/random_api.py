@@ -54,6 +54,10 @@ from rwtest import RedisServer  # noqa: E402
 
 # Known bugs of the extension whose sequences --skip-known can avoid.
 KNOWN = {
+    "LOSTWARN": "one statement repeats the WARNING of a lost lock: COMMIT, ROLLBACK "
+                "and ROLLBACK TO warn once per run of its xact holds between holds of "
+                "other names (held_release_xact), not once (with this flag identical "
+                "\"was lost\" warnings of one statement count once)",
     "STACK": "held.c: a stacked hold (no Redis call) is pushed without reserving room: "
              "more than 8 session holds of a name, or an xact hold beyond the room the "
              "last Redis call reserved (none before the first), overflows memory "
@@ -181,9 +185,22 @@ class Driver:
         self.check(not others, "unexpected notices %s" % others)
         self.check(state == out.sqlstate,
                    "%s: expected %r, got %s" % (short_sql(text), out, obs))
-        self.check(len(warns) == len(out.warnings) and
-                   all(w in n for w, n in zip(out.warnings, warns)),
-                   "%s: expected warnings %s, got %s" % (short_sql(text), out.warnings, warns))
+        expected = out.warnings
+        if "LOSTWARN" in self.args.skip_known:
+            warns = [w for k, w in enumerate(warns)
+                     if "was lost" not in w or w not in warns[:k]]
+            expected = [w for k, w in enumerate(expected)
+                        if "was lost" not in w or w not in expected[:k]]
+        left = list(warns)
+        for w in expected:
+            match = [n for n in left if w in n]
+            if match:
+                left.remove(match[0])
+            else:
+                left = None
+                break
+        self.check(left == [], "%s: expected warnings %s, got %s"
+                   % (short_sql(text), expected, warns))
 
     def check_token(self, what, out, token):
         if out.token_above is not None:
@@ -210,13 +227,11 @@ class Driver:
                    "S%d: redis_held_locks: %s %s" % (i, state, notices))
         got = {}
         for name, mode, level, depth, token, lease in rows:
-            self.check(lease == "held", "S%d: %s %s %s shows lease_state %s"
-                       % (i, short(name), mode, level, lease))
-            got[(name, mode[0], level)] = (depth, token)
+            got[(name, mode[0], level)] = (depth, token, lease)
         want = s.holds_rows()
         self.check(got == want, "S%d: redis_held_locks shows %s, the model %s"
                    % (i, fmt_rows(got), fmt_rows(want)))
-        for (_, _, _), (depth, _) in got.items():
+        for (_, _, _), (depth, _, _) in got.items():
             self.max_depth = max(self.max_depth, depth)
 
     def check_locks(self):
@@ -228,9 +243,7 @@ class Driver:
                     "WHERE pid = ANY(%s)", (pids,))
         got = {}
         for pid, name, mode, level, token, lease in cur.fetchall():
-            self.check(lease == "held", "redis_locks: pid %d %s shows lease_state %s"
-                       % (pid, short(name), lease))
-            got[(pid, name, mode[0], level)] = token
+            got[(pid, name, mode[0], level)] = (token, lease)
         want = {}
         for s in self.sessions:
             for (name, mode, level), token in s.locks_rows().items():
@@ -331,7 +344,7 @@ class Driver:
         busy = not s.aborted and not s.grantable(name, mode)
         if busy and wait is not None:
             k = 1                  # each busy call waits
-        if mode == W and not s.aborted:
+        if s.want(name, mode) == W and not s.aborted:
             self.wait_turn(name)
         fn = "redis_%s%slock%s" % ("try_" if is_try else "", mode,
                                    "_xact" if level == "xact" else "")
@@ -378,7 +391,7 @@ class Driver:
                 token = lo
             self.check_token(short_sql(text), out, token)
         if out.token_above is not None or out.tokens is not None:
-            s.granted(name, token, mode if out.token_above is not None else R)
+            s.granted(name, token, W if out.token_above is not None else R)
 
     def step_unlock(self, i):
         s, rnd = self.sessions[i], self.rnd
@@ -502,15 +515,45 @@ class Driver:
         self.check(s.owner is not None and s.owner != old_owner,
                    "S%d: owner id %s after reconnecting (was %s)" % (i, s.owner, old_owner))
 
+    def step_forget(self):
+        """Redis loses a lock (an eviction, a restart that lost the data
+        set): its holders are told at their next call on it; redis_renew()
+        tells each SQL session at once."""
+        name = self.pick_name()
+        holders = [i for i, s in enumerate(self.sessions) if name in s.recs]
+        if any(self.sessions[i].aborted for i in holders):
+            return
+        self.count("Redis loses a lock")
+        self.r.delete(hash_key(name), hash_key(name) + b":q")
+        self.model.forget(name)
+        self.note("ctl", "DEL %s" % short(name), "", "")
+        for i in holders:
+            self.sessions[i].lose(name)
+        if name in self.py.locks:
+            lk, mode, _ = self.py.locks[name]
+            self.py.locks[name] = (lk, mode, True)
+        for i in holders:
+            s = self.sessions[i]
+            out = s.renew()
+            text, rows, state, notices = self.sql(i, "SELECT redis_renew()")
+            self.compare("S%d" % i, text, out, rows, state, notices)
+            self.check(rows[0][0] == out.value, "%s: returned %s, expected %s"
+                       % (text, rows[0][0], out.value))
+
     def step_python(self):
         rnd, py = self.rnd, self.py
         if py.locks and rnd.random() < 0.5:
             name = rnd.choice(sorted(py.locks))
-            lk, mode = py.locks[name]
-            if mode == W and rnd.random() < 0.25:
+            lk, mode, lost = py.locks[name]
+            if lost:
+                out = Outcome(value=False)
+                got = lk.release()
+                del py.locks[name]
+                what = "py release(%s) of a lost lock" % short(name)
+            elif mode == W and rnd.random() < 0.25:
                 out = py.release(name, lk.owner, time.time(), keep_read=True)
                 got = lk.downgrade()
-                py.locks[name] = (lk, R)
+                py.locks[name] = (lk, R, False)
                 what = "py downgrade(%s)" % short(name)
             else:
                 out = py.release(name, lk.owner, time.time())
@@ -519,7 +562,7 @@ class Driver:
                 what = "py release(%s)" % short(name)
             self.count(what.split("(")[0])
             self.note("py", what, out, got)
-            self.check(got is True, "%s returned %s" % (what, got))
+            self.check(got is out.value, "%s returned %s" % (what, got))
             return
         name = self.pick_name()
         if name in py.locks:
@@ -546,17 +589,19 @@ class Driver:
         self.note("py", what, out, "%s token %s" % (got, lk.token))
         self.check(got == out.value, "%s: %s, expected %s" % (what, got, out.value))
         if got:
-            py.locks[name] = (lk, mode)
+            py.locks[name] = (lk, mode, False)
             self.check_token(what, out, lk.token)
             if mode == W:
-                ls = self.model.locks[name]
-                ls.last_token = max(ls.last_token, lk.token)
+                self.model.wrote(name, lk.token)
 
     def step(self):
         self.step_no += 1
         x = self.rnd.random()
         if x < 0.004:
             self.step_terminate()
+            i = None
+        elif x < 0.004 + self.args.forget:
+            self.step_forget()
             i = None
         elif x < 0.10:
             self.step_python()
@@ -568,17 +613,21 @@ class Driver:
 
     def finish(self):
         """Everything released at the end: the holds go, Redis is empty of holders."""
-        for lk, _ in list(self.py.locks.values()):
+        for lk, _, _ in list(self.py.locks.values()):
             lk.release()
-        for name, (lk, _) in list(self.py.locks.items()):
-            self.model.set_mode(name, lk.owner, None, time.time())
+        for name, (lk, _, lost) in list(self.py.locks.items()):
+            if not lost:
+                self.model.set_mode(name, lk.owner, None, time.time())
         self.py.locks.clear()
         for i, s in enumerate(self.sessions):
             if s.in_block:
                 self.sql(i, "ROLLBACK")
                 s.end_block(time.time())
+            out = s.unlock_all(time.time())
             text, rows, state, notices = self.sql(i, "SELECT redis_unlock_all()")
-            s.unlock_all(time.time())
+            self.compare("S%d" % i, text, out, rows, state, notices)
+            for name in list(s.recs):      # lost xact-free records are gone too
+                self.check(False, "S%d still has %s at the end" % (i, short(name)))
         self.check_redis()
         for ls in self.model.locks.values():
             self.check(not ls.holders, "the model still has holders of %s" % short(ls.name))
@@ -603,6 +652,8 @@ def main():
     ap.add_argument("--steps", type=int, default=int(os.environ.get("RANDOM_API_STEPS", "3000")))
     ap.add_argument("--no-deep", dest="deep", action="store_false",
                     help="no statements of 100-150 stacked calls")
+    ap.add_argument("--forget", type=float, default=0.005,
+                    help="share of steps where Redis loses a lock (0: never)")
     ap.add_argument("--skip-known", action="append", default=[], choices=sorted(KNOWN),
                     help="avoid the sequences of a known bug")
     args = ap.parse_args()

@@ -115,7 +115,8 @@ class Driver:
         self.max_depth = 0
         self.redis_retries = 0
         self.sp_counter = 0
-        self.control = psycopg2.connect("", application_name="random_api control")
+        self.control = psycopg2.connect("", application_name="random_api control",
+                                        options="-c rwlock.redis_url=%s" % srv.url)
         self.control.autocommit = True
         cur = self.control.cursor()
         cur.execute("CREATE EXTENSION IF NOT EXISTS rwlock")
@@ -287,6 +288,25 @@ class Driver:
                                                           if f[:2] in (b"i:", b"u"))))
         return problems
 
+    def check_lock_info(self):
+        """redis_lock_info(name) of every name, as the model has them."""
+        cur = self.control.cursor()
+        for n in NAMES:
+            ls = self.model.locks[n]
+            cur.execute("SELECT state, token, writer, readers, waiting "
+                        "FROM redis_lock_info(%s)", (n,))
+            state, token, writer, readers, waiting = cur.fetchone()
+            mw = [o for o, m in ls.holders.items() if m == W]
+            mr = sorted(o for o, m in ls.holders.items() if m == R)
+            want = ("write" if mw else "read" if mr else "free", mw[0] if mw else None, mr)
+            got = (state, writer, sorted(readers or []))
+            self.check(got == want, "redis_lock_info(%s) is %s, the model %s"
+                       % (short(n), got, want))
+            self.check(not waiting, "redis_lock_info(%s) shows waiting %s" % (short(n), waiting))
+            if ls.token_kept and ls.token_known and (ls.holders or token):
+                self.check(token == ls.last_token, "redis_lock_info(%s): token %s, the "
+                           "model's %d" % (short(n), token, ls.last_token))
+
     def check_redis(self):
         """Releases at transaction end, redis_unlock_all and exit are sent
         without waiting for their answers: give Redis a moment."""
@@ -306,11 +326,12 @@ class Driver:
     def after_step(self, i):
         if i is not None and self.conns[i] is not None:
             self.check_held(i)
+        self.check_locks()
+        self.check_redis()
         if self.step_no % CHECK_ALL == 0:
             for j in range(SESSIONS):
                 self.check_held(j)
-        self.check_locks()
-        self.check_redis()
+            self.check_lock_info()
 
     # ---- the steps ----
     def pick_name(self):

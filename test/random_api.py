@@ -38,6 +38,7 @@ import argparse
 import os
 import random
 import sys
+import threading
 import time
 import traceback
 
@@ -561,6 +562,70 @@ class Driver:
             self.check(rows[0][0] == out.value, "%s: returned %s, expected %s"
                        % (text, rows[0][0], out.value))
 
+    def step_upgrade_conflict(self):
+        """Two sessions that hold the read lock both ask for the write lock:
+        A with redis_try_wlock(name, '1s') (in a thread), B 200 ms later.
+        B is the second to ask: 40P01 at once (false from a try form); A
+        then gets the lock if B's error let go of B's read holds and nobody
+        else holds the name, else false when its second has run out."""
+        rnd = self.rnd
+        cands = []
+        for n in NAMES:
+            readers = [i for i, s in enumerate(self.sessions)
+                       if not s.aborted and n in s.recs and s.recs[n].redis_mode == R
+                       and not s.recs[n].lost]
+            if len(readers) >= 2:
+                cands.append((n, readers))
+        if not cands:
+            return False
+        name, readers = rnd.choice(cands)
+        a, b = rnd.sample(readers, 2)
+        sa, sb = self.sessions[a], self.sessions[b]
+        a_level = rnd.choice(["session", "xact"])
+        b_level = rnd.choice(["session", "xact"])
+        b_try = rnd.random() < 0.3
+        self.count("upgrade conflict")
+        self.wait_turn(name)
+        qa = ("WITH c AS MATERIALIZED (SELECT redis_try_wlock%s(%%s, '1s') t) SELECT t, "
+              "(SELECT max(token) FROM redis_held_locks WHERE name = %%s) FROM c"
+              % ("_xact" if a_level == "xact" else ""))
+        res = {}
+
+        def run_a():
+            t = time.monotonic()
+            res["a"] = self.sql(a, qa, (name, name))
+            res["a_s"] = time.monotonic() - t
+
+        th = threading.Thread(target=run_a)
+        th.start()
+        time.sleep(0.2)
+        fb = "redis_%swlock%s" % ("try_" if b_try else "", "_xact" if b_level == "xact" else "")
+        qb = "SELECT %s(%%s%s)" % (fb, ", '50ms'" if b_try else "")
+        out_b = sb.lock(name, W, b_level, b_try, True, 1, time.time())
+        if not b_try:
+            out_b.sqlstate = "40P01"            # not 55P03: it does not wait
+        text_b, rows_b, state_b, notices_b = self.sql(b, qb, (name,))
+        th.join(10)
+        self.check(not th.is_alive(), "S%d: redis_try_wlock(%s, '1s') still running after "
+                   "10 s" % (a, short(name)))
+        text_a, rows_a, state_a, notices_a = res["a"]
+        if state_b == "55P03" and res["a_s"] < 0.15:
+            # A's first try came after B's: A was the second (false at once).
+            self.count("upgrade conflict, order swapped")
+            state_b = "40P01"
+        self.compare("S%d" % b, text_b, out_b, rows_b, state_b, notices_b)
+        if b_try:
+            self.check(rows_b[0][0] is False, "%s: %s, expected false" % (text_b, rows_b))
+        out_a = sa.lock(name, W, a_level, True, True, 1, time.time())
+        self.compare("S%d" % a, text_a, out_a, rows_a, state_a, notices_a)
+        got, token = rows_a[0]
+        self.check(got == out_a.value, "%s: %s, expected %s" % (short_sql(text_a), got,
+                                                                out_a.value))
+        if got:
+            self.check_token(short_sql(text_a), out_a, token)
+            sa.granted(name, token, W)
+        return True
+
     def step_python(self):
         rnd, py = self.rnd, self.py
         if py.locks and rnd.random() < 0.5:
@@ -623,6 +688,8 @@ class Driver:
             i = None
         elif x < 0.004 + self.args.forget:
             self.step_forget()
+            i = None
+        elif x < 0.019 + self.args.forget and self.step_upgrade_conflict():
             i = None
         elif x < 0.10:
             self.step_python()

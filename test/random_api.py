@@ -415,6 +415,43 @@ class Driver:
         if out.token_above is not None or out.tokens is not None:
             s.granted(name, token, W if out.token_above is not None else R)
 
+    def step_partial(self, i):
+        """A statement that takes k holds and then fails (22012): session
+        holds stay, xact holds go with the (sub)transaction, as advisory
+        locks do."""
+        s, rnd = self.sessions[i], self.rnd
+        name = self.pick_name()
+        mode = R if rnd.random() < 0.7 else W
+        level = "session" if rnd.random() < 0.5 else "xact"
+        k = rnd.randint(1, 4)
+        if (s.aborted or not s.grantable(name, mode) or
+                (name in s.recs and s.recs[name].lost) or
+                ("STACK" in s.known and not s.safe_to_stack(name, mode, level, k)) or
+                (mode == W and (level == "xact" or s.in_block)) or
+                len(self.model.locks[name].expected_read_tokens(time.time())) > 1):
+            return self.step_lock(i)     # its token could not be seen
+        if s.want(name, mode) == W:
+            self.wait_turn(name)
+        fn = "redis_%slock%s" % (mode, "_xact" if level == "xact" else "")
+        q = ("SELECT CASE WHEN g <= %d THEN %s(%%s) ELSE 1 / (g - g) END "
+             "FROM generate_series(1, %d) g" % (k, fn, k + 1))
+        now = time.time()
+        out = s.lock(name, mode, level, False, True, k, now)
+        grant = out
+        out = s.error(now)
+        out.warnings = grant.warnings + out.warnings
+        self.count("partial %s %s" % (mode, level))
+        text, rows, state, notices = self.sql(i, q, (name,))
+        self.compare("S%d" % i, text, out, rows, state, notices)
+        if grant.token_above is not None:
+            # A session-level write outside a block: its token, from the view.
+            text, rows, state, notices = self.sql(
+                i, "SELECT max(token) FROM redis_held_locks WHERE name = %s", (name,))
+            self.check_token(short_sql(text), grant, rows[0][0])
+            s.granted(name, rows[0][0], W)
+        elif grant.tokens is not None:
+            s.granted(name, max(grant.tokens), R)    # the read token, unseen
+
     def step_unlock(self, i):
         s, rnd = self.sessions[i], self.rnd
         held = [n for n, r in s.recs.items() if r.stack]
@@ -475,6 +512,8 @@ class Driver:
                            1.5, 1, 0.5]
             ch = rnd.choices(kinds, weights)[0]
         if ch == "lock":
+            if rnd.random() < 0.05:
+                return self.step_partial(i)
             return self.step_lock(i)
         if ch == "unlock":
             return self.step_unlock(i)

@@ -10,7 +10,7 @@ SHLIB_LINK = -lhiredis -lssl -lcrypto
 PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua lua/fence.lua
 EXTRA_CLEAN = src/lua_scripts.c
-REGRESS = rwlock state privileges sessions upgrade
+REGRESS = rwlock state privileges sessions upgrade stacking
 # Run in a server with rwlock in shared_preload_libraries (test/run.sh):
 #   make installcheck REGRESS=keeper ISOLATION=
 REGRESS_PRELOADED = keeper

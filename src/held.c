@@ -70,31 +70,45 @@ rw_operation_end(void)
 	rw_notes_flush();
 }
 
-/* Room for one more xact hold, made before Redis is asked. */
+/*
+ * Room for one more hold of h at `level`, made before Redis is asked and
+ * on every lock call, whether or not it goes to Redis: held_push, after a
+ * grant, must not allocate.
+ */
 static void
-held_reserve_xact(void)
+held_reserve(RwHeld *h, RwLevel level)
 {
+	int			cap = Max(16, cap_xact * 2);
+
+	if (level == RW_SESSION)
+	{
+		rw_holds_reserve(h);
+		return;
+	}
 	if (n_xact < cap_xact)
 		return;
-	cap_xact = Max(16, cap_xact * 2);
+	/* the capacity grows only once the allocation has succeeded */
 	xact_holds = xact_holds ?
-		repalloc(xact_holds, cap_xact * sizeof(RwXactHold)) :
-		MemoryContextAlloc(TopMemoryContext, cap_xact * sizeof(RwXactHold));
+		repalloc(xact_holds, cap * sizeof(RwXactHold)) :
+		MemoryContextAlloc(TopMemoryContext, cap * sizeof(RwXactHold));
+	cap_xact = cap;
 }
 
-/* Count one more hold; the room was reserved, so nothing can fail. */
+/*
+ * Count one more hold in the room held_reserve made. The check stays in
+ * production builds: a hold pushed past its room would overwrite memory.
+ */
 static void
 held_push(RwHeld *h, RwMode mode, RwLevel level)
 {
+	if (level == RW_SESSION ? h->stack_len >= h->stack_cap : n_xact >= cap_xact)
+		elog(ERROR, "no room was reserved for a hold of Redis lock \"%s\"",
+			 h->name);
 	h->count[level][mode]++;
 	if (level == RW_SESSION)
-	{
-		Assert(h->stack_len < h->stack_cap);
 		h->stack[h->stack_len++] = mode;
-	}
 	else
 	{
-		Assert(n_xact < cap_xact);
 		xact_holds[n_xact].held = h;
 		xact_holds[n_xact].mode = mode;
 		xact_holds[n_xact].level = GetCurrentTransactionNestLevel();
@@ -191,7 +205,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		int64		since;
 
 		h = rw_holds_enter(name, node);
-		held_reserve_xact();
+		held_reserve(h, level);
 		want = Max(mode, rw_wanted_mode(h));
 		started = rw_now_ms();
 		while (!rw_release_settle_name(node, name, &err) &&
@@ -221,6 +235,8 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		/* Recorded: releases of the name that bounced are moot now. */
 		rw_release_granted(node, name);
 	}
+	else
+		held_reserve(h, level);	/* stacked: no Redis call, room all the same */
 	held_push(h, mode, level);
 	rw_holds_publish_modes(h);
 	*token = h->token;

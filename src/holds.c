@@ -65,7 +65,7 @@ rw_holds_find(const char *name)
 /*
  * A record for a name about to be taken in Redis, made before the request
  * goes out so that nothing needs allocating once Redis has granted it: the
- * keys, and room for one more stacked hold.
+ * keys (and, by rw_holds_reserve, room for the hold).
  */
 RwHeld *
 rw_holds_enter(const char *name, RwNode *node)
@@ -102,15 +102,24 @@ rw_holds_enter(const char *name, RwNode *node)
 		PG_END_TRY();
 		node->nholds++;
 	}
-	if (h->stack_len == h->stack_cap)
-	{
-		int			cap = Max(8, h->stack_cap * 2);
-
-		h->stack = h->stack ? repalloc(h->stack, cap * sizeof(RwMode)) :
-			MemoryContextAlloc(h->cxt, cap * sizeof(RwMode));
-		h->stack_cap = cap;
-	}
 	return h;
+}
+
+/*
+ * Room for one more stacked session-level hold of h, made before any lock
+ * call that may count one, whether or not it goes to Redis.
+ */
+void
+rw_holds_reserve(RwHeld *h)
+{
+	int			cap = Max(8, h->stack_cap * 2);
+
+	if (h->stack_len < h->stack_cap)
+		return;
+	/* the capacity grows only once the allocation has succeeded */
+	h->stack = h->stack ? repalloc(h->stack, cap * sizeof(RwMode)) :
+		MemoryContextAlloc(h->cxt, cap * sizeof(RwMode));
+	h->stack_cap = cap;
 }
 
 /* Drop a record: no holds left, nothing in Redis (or released already). */

@@ -63,6 +63,8 @@ SELECT redis_unlock(E'br{ace}s\nnewline é');
 SET rwlock.redis_url = 'http://x';
 SET rwlock.redis_url = 'redis+cluster://127.0.0.1:7000/1';
 SET rwlock.redis_url = 'redis+cluster:///';
+-- a refused URL is not quoted: its password would reach the client and the log
+SET rwlock.redis_url = 'redis://someone:s3cretpw@127.0.0.1:99999/0';
 SET rwlock.key_prefix = 'a{b';
 SET rwlock.lease = '1ms';
 

@@ -53,6 +53,10 @@ static const struct config_enum_entry tls_verify_options[] = {
 	{NULL, 0, false}
 };
 
+/*
+ * A refused URL is never quoted: the server's own message would quote the
+ * value, password and all, to the client and the log (SPEC 9).
+ */
 static bool
 check_redis_url(char **newval, void **extra, GucSource source)
 {
@@ -60,11 +64,13 @@ check_redis_url(char **newval, void **extra, GucSource source)
 
 	if (*newval == NULL || strlen(*newval) > RW_URL_MAX)
 	{
+		GUC_check_errmsg("invalid value for parameter \"rwlock.redis_url\"");
 		GUC_check_errdetail("The URL must be at most %d bytes.", RW_URL_MAX);
 		return false;
 	}
 	if (!rw_check_url(*newval, &why))
 	{
+		GUC_check_errmsg("invalid value for parameter \"rwlock.redis_url\"");
 		GUC_check_errdetail("%s", why);
 		GUC_check_errhint("Use redis://[user[:password]@]host[:port][/db], rediss://... for TLS, unix:///path/to.sock[?db=N], redis+sentinel://host1:port1[,host2:port2...]/master-name[/db], redis+cluster://host1:port1[,host2:port2...]/, or 3, 5, ... URLs separated by spaces (quorum mode).");
 		return false;

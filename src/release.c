@@ -318,14 +318,19 @@ release_read_conn(RwConn *conn)
 
 /*
  * Read, without waiting, the answers that have arrived on one node (on
- * each member of a cluster). The node stays: its nowed is read first.
+ * each member of a cluster or quorum). The last owed answer read would
+ * free a node no longer current (release_drop), members and all, while
+ * the walk goes on: the node is pinned until the walk is done.
  */
 static void
 release_read_node(RwNode *node)
 {
+	node->pins++;
 	release_read_conn(&node->cmd);
 	for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
 		release_read_conn(&m->cmd);
+	node->pins--;
+	rw_node_forget_if_unused(node);
 }
 
 /*

@@ -489,6 +489,8 @@ typedef struct RwNode
 	RwConn		sub;			/* pub/sub wake-ups, opened when first needed */
 	int			nholds;			/* holds that live on this node */
 	int			nowed;			/* releases owed to it (release.c) */
+	int			pins;			/* walks under way that must not see it
+								 * freed (release.c) */
 	int64		renew_retry_ms; /* no renewal before this after a failure */
 	struct RwCluster *cluster;	/* a redis+cluster:// node's (cluster.c) */
 	struct RwQuorum *quorum;	/* a quorum's (quorum.c) */

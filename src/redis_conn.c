@@ -239,18 +239,21 @@ rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms)
 	WaitEvent	ev;
 	bool		ready = false;
 
-	AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(wes, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	for (int i = 0; i < n; i++)
-	{
-		ready |= conns[i]->tls != NULL && rw_tls_pending(conns[i]->tls);
-		AddWaitEventToSet(wes, conns[i]->tls ?
-						  rw_tls_wait_events(conns[i]->tls, WL_SOCKET_READABLE) :
-						  WL_SOCKET_READABLE, conns[i]->ctx->fd, NULL, NULL);
-	}
-	/* The set's epoll descriptor must not leak when an interrupt throws. */
+	/*
+	 * The set's epoll descriptor must not leak when adding a socket fails
+	 * (epoll_ctl: ERROR) or an interrupt throws.
+	 */
 	PG_TRY();
 	{
+		AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(wes, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		for (int i = 0; i < n; i++)
+		{
+			ready |= conns[i]->tls != NULL && rw_tls_pending(conns[i]->tls);
+			AddWaitEventToSet(wes, conns[i]->tls ?
+							  rw_tls_wait_events(conns[i]->tls, WL_SOCKET_READABLE) :
+							  WL_SOCKET_READABLE, conns[i]->ctx->fd, NULL, NULL);
+		}
 		while (!ready)
 		{
 			int64		left = deadline - rw_now_ms();

@@ -5,7 +5,7 @@ OBJS = src/guc.o src/url.o src/redis_conn.o src/scripts.o src/lua_scripts.o \
        src/release.o src/waiting.o src/held.o src/introspect.o src/functions.o \
        src/tls.o src/sentinel.o src/cluster.o src/quorum.o
 EXTENSION = rwlock
-DATA = rwlock--1.0.sql rwlock--1.0--1.1.sql
+DATA = rwlock--1.0.sql rwlock--1.0--1.1.sql rwlock--1.1--1.2.sql
 SHLIB_LINK = -lhiredis -lssl -lcrypto
 PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua lua/fence.lua

@@ -1,0 +1,38 @@
+/* rwlock--1.1--1.2.sql: from 1.1 to 1.2. */
+\echo Use "ALTER EXTENSION rwlock UPDATE TO '1.2'" to load this file. \quit
+
+-- A description for every function and view (\df+, \dv+, obj_description).
+COMMENT ON FUNCTION redis_wlock(text) IS
+  'take a session-level Redis write lock, waiting for it; returns its fencing token';
+COMMENT ON FUNCTION redis_rlock(text) IS
+  'take a session-level Redis read lock, waiting for it; returns the latest write token';
+COMMENT ON FUNCTION redis_wlock_xact(text) IS
+  'take a transaction-level Redis write lock, waiting for it; returns its fencing token';
+COMMENT ON FUNCTION redis_rlock_xact(text) IS
+  'take a transaction-level Redis read lock, waiting for it; returns the latest write token';
+COMMENT ON FUNCTION redis_try_wlock(text, interval) IS
+  'take a session-level Redis write lock if it is free within the wait; true if taken';
+COMMENT ON FUNCTION redis_try_rlock(text, interval) IS
+  'take a session-level Redis read lock if it is free within the wait; true if taken';
+COMMENT ON FUNCTION redis_try_wlock_xact(text, interval) IS
+  'take a transaction-level Redis write lock if it is free within the wait; true if taken';
+COMMENT ON FUNCTION redis_try_rlock_xact(text, interval) IS
+  'take a transaction-level Redis read lock if it is free within the wait; true if taken';
+COMMENT ON FUNCTION redis_unlock(text) IS
+  'release the most recent session-level hold of a Redis lock; false if none was held';
+COMMENT ON FUNCTION redis_unlock_all() IS
+  'release every session-level Redis lock hold of this session; returns how many';
+COMMENT ON FUNCTION redis_held_locks_fn() IS
+  'the Redis lock holds of this session (the function behind redis_held_locks)';
+COMMENT ON VIEW redis_held_locks IS
+  'the Redis lock holds of this session: name, mode, level, depth, token, lease state';
+COMMENT ON FUNCTION redis_lock_info(text) IS
+  'the state of one Redis lock as Redis has it now: holders, waiting writers, lease left';
+COMMENT ON FUNCTION redis_connection_info() IS
+  'the Redis servers this session talks to: connected, listening, round-trip time, holds';
+COMMENT ON FUNCTION redis_renew() IS
+  'renew the leases of this session''s Redis locks now; returns how many were renewed';
+COMMENT ON FUNCTION redis_locks_fn() IS
+  'every Redis lock hold of every session of this server (the function behind redis_locks)';
+COMMENT ON VIEW redis_locks IS
+  'every Redis lock hold of every session of this server, like pg_locks (needs the keeper)';

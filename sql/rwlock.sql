@@ -1,6 +1,13 @@
 -- Single-session semantics of rwlock against the Redis at rwlock.redis_url
 -- (test/run.sh starts one on 127.0.0.1:6379).
 CREATE EXTENSION rwlock;
+-- No test writes under the production prefix (installcheck may run beside a
+-- live server's Redis): this database's new sessions (dblink's) default to a
+-- prefix of their own.
+DO $$ BEGIN
+  EXECUTE format('ALTER DATABASE %I SET rwlock.key_prefix = %L',
+                 current_database(), 'rwregress');
+END $$;
 SET rwlock.key_prefix = 'rwtest';
 
 -- write, stacked read, held view
@@ -81,5 +88,6 @@ SELECT redis_unlock('u');
 SELECT redis_wlock('d1') > 0 AS ok, redis_rlock('d2') >= 0 AS ok, redis_wlock('d1') > 0 AS ok;
 DISCARD ALL;
 SELECT count(*) FROM redis_held_locks;
+SET rwlock.key_prefix = 'rwtest';            -- DISCARD ALL reset it too
 SELECT redis_try_wlock('d1') AS free_again, redis_try_wlock('d2') AS free_again;
 SELECT redis_unlock_all();

@@ -173,6 +173,7 @@ static GucNote guc_notes[] = {
 };
 
 static bool guc_any_refused = false;
+static bool guc_loaded_at_start = false;	/* from shared_preload_libraries */
 
 /* Before the settings are defined: what the placeholders hold. */
 static void
@@ -225,6 +226,7 @@ guc_note_refusals(void)
 			n->permission = false;
 		guc_any_refused = true;
 	}
+	guc_loaded_at_start = process_shared_preload_libraries_in_progress;
 	for (int i = 0; i < lengthof(guc_notes); i++)
 	{
 		if (guc_notes[i].before)
@@ -258,6 +260,8 @@ rw_check_settings(void)
 				 n->permission ?
 				 errdetail("It was set before the library was loaded by a role that may not set it (e.g. in PGOPTIONS), and was refused when it loaded; this session would otherwise use the built-in default.") :
 				 errdetail("Its value, set before the library was loaded, is not valid and was refused when it loaded; this session would otherwise use the built-in default."),
+				 guc_loaded_at_start ?
+				 errhint("Fix the value in the server's configuration and reload it (SELECT pg_reload_conf()); the server log says why it was refused at start.") :
 				 errhint("Fix the value (ALTER DATABASE/ROLE ... SET, postgresql.conf) and reconnect; put rwlock in shared_preload_libraries to have values checked when they are set.")));
 	}
 }

@@ -3,7 +3,7 @@ MODULE_big = rwlock
 OBJS = src/guc.o src/url.o src/redis_conn.o src/scripts.o src/lua_scripts.o \
        src/protocol.o src/keeper.o src/route.o src/holds.o src/renew.o \
        src/release.o src/waiting.o src/held.o src/introspect.o src/functions.o \
-       src/tls.o src/sentinel.o src/cluster.o src/quorum.o
+       src/tls.o src/sentinel.o src/cluster.o src/quorum.o src/stats.o
 EXTENSION = rwlock
 DATA = rwlock--1.0.sql rwlock--1.0--1.1.sql rwlock--1.1--1.2.sql
 SHLIB_LINK = -lhiredis -lssl -lcrypto

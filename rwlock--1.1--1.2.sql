@@ -36,3 +36,38 @@ COMMENT ON FUNCTION redis_locks_fn() IS
   'every Redis lock hold of every session of this server (the function behind redis_locks)';
 COMMENT ON VIEW redis_locks IS
   'every Redis lock hold of every session of this server, like pg_locks (needs the keeper)';
+
+-- Statistics per database (stats.c), as pg_stat_database is: filled only
+-- with rwlock in shared_preload_libraries. wait_time in milliseconds.
+CREATE FUNCTION redis_lock_stats_fn(
+    OUT datid oid,
+    OUT write_session bigint, OUT write_xact bigint,
+    OUT read_session bigint, OUT read_xact bigint, OUT try_failed bigint,
+    OUT waits bigint, OUT wait_time double precision, OUT timeouts bigint,
+    OUT cancels bigint, OUT deadlocks bigint, OUT upgrade_conflicts bigint,
+    OUT holds_lost bigint, OUT errors_connection bigint,
+    OUT errors_permission bigint, OUT errors_other bigint,
+    OUT renewals bigint, OUT reconnects bigint, OUT failovers bigint,
+    OUT stats_reset timestamptz)
+  RETURNS SETOF record
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL SAFE;
+CREATE VIEW redis_lock_stats AS
+  SELECT s.datid, d.datname, s.write_session, s.write_xact, s.read_session,
+         s.read_xact, s.try_failed, s.waits, s.wait_time, s.timeouts,
+         s.cancels, s.deadlocks, s.upgrade_conflicts, s.holds_lost,
+         s.errors_connection, s.errors_permission, s.errors_other,
+         s.renewals, s.reconnects, s.failovers, s.stats_reset
+    FROM redis_lock_stats_fn() s LEFT JOIN pg_database d ON d.oid = s.datid;
+GRANT SELECT ON redis_lock_stats TO PUBLIC;
+COMMENT ON FUNCTION redis_lock_stats_fn() IS
+  'Redis lock statistics per database (the function behind redis_lock_stats)';
+COMMENT ON VIEW redis_lock_stats IS
+  'Redis lock statistics per database: acquisitions, waits, timeouts, losses, errors, renewals';
+
+-- Like pg_stat_reset: the current database's counters; superusers only
+-- unless granted.
+CREATE FUNCTION redis_lock_stats_reset() RETURNS void
+  AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE EXECUTE ON FUNCTION redis_lock_stats_reset() FROM PUBLIC;
+COMMENT ON FUNCTION redis_lock_stats_reset() IS
+  'zero the Redis lock statistics of the current database';

@@ -91,3 +91,7 @@ SELECT count(*) FROM redis_held_locks;
 SET rwlock.key_prefix = 'rwtest';            -- DISCARD ALL reset it too
 SELECT redis_try_wlock('d1') AS free_again, redis_try_wlock('d2') AS free_again;
 SELECT redis_unlock_all();
+
+-- statistics need shared memory: without rwlock preloaded, none are kept
+SELECT count(*) AS stats_rows FROM redis_lock_stats;
+SELECT redis_lock_stats_reset();

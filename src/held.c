@@ -116,6 +116,15 @@ held_push(RwHeld *h, RwMode mode, RwLevel level)
 	}
 }
 
+/* The counter of a granted lock call. */
+static RwStat
+held_stat_of(RwMode mode, RwLevel level)
+{
+	if (mode == RW_WRITE)
+		return level == RW_SESSION ? RW_STAT_ACQ_WRITE_SESSION : RW_STAT_ACQ_WRITE_XACT;
+	return level == RW_SESSION ? RW_STAT_ACQ_READ_SESSION : RW_STAT_ACQ_READ_XACT;
+}
+
 /*
  * Bring Redis in line with the holds left after some were let go. With
  * later, the release is only queued (sent by rw_release_flush, answered
@@ -226,6 +235,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		{
 			rw_holds_sweep();
 			rw_wait_done();
+			rw_stat_add(RW_STAT_TRY_FAILED, 1);
 			rw_operation_end();
 			return false;
 		}
@@ -238,6 +248,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 	else
 		held_reserve(h, level);	/* stacked: no Redis call, room all the same */
 	held_push(h, mode, level);
+	rw_stat_add(held_stat_of(mode, level), 1);
 	rw_holds_publish_modes(h);
 	*token = h->token;
 	rw_wait_done();
@@ -471,6 +482,7 @@ rw_held_init(void)
 {
 	if (held_initialized)
 		return;
+	rw_stats_attach();
 	RegisterXactCallback(held_xact_callback, NULL);
 	RegisterSubXactCallback(held_subxact_callback, NULL);
 	before_shmem_exit(held_at_exit, (Datum) 0);

@@ -8,7 +8,8 @@
  * reads the settings' variables of guc.c):
  *	  functions.c  every SQL entry point, argument checks, _PG_init
  *	  introspect.c the SQL entry points that ask Redis: redis_lock_info,
- *	               redis_connection_info (with functions.c's rw_name_arg)
+ *	               redis_connection_info (with functions.c's rw_name_arg);
+ *	               and redis_lock_stats, from stats.c
  *	  held.c       lock and unlock, stacking, transaction, subtransaction,
  *	               DISCARD ALL and exit callbacks
  *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancel
@@ -45,6 +46,8 @@
  *	               reads and writes, what a failure means
  *	  guc.c        the rwlock.* settings; settings refused when the library
  *	               loaded
+ *	  stats.c      counters per database in shared memory (redis_lock_stats);
+ *	               any file above may count, it calls none of them
  *	  url.c        parsing rwlock.redis_url, a node's spec, the password
  *	               file (guc.c validates with it, redis_conn.c
  *	               authenticates with it)
@@ -463,6 +466,46 @@ extern bool rw_proto_info_send(RwConn *conn, const RwKeys *keys,
 							   RwScriptCall *call, RwError *err);
 extern bool rw_proto_info_collect(RwConn *conn, RwScriptCall *call,
 								  RwLockInfo *info, RwError *err);
+
+/* ---- stats.c ---- */
+
+/* What redis_lock_stats counts; the order of its columns. */
+typedef enum RwStat
+{
+	RW_STAT_ACQ_WRITE_SESSION,	/* granted lock calls, stacked ones too */
+	RW_STAT_ACQ_WRITE_XACT,
+	RW_STAT_ACQ_READ_SESSION,
+	RW_STAT_ACQ_READ_XACT,
+	RW_STAT_TRY_FAILED,			/* try forms that returned false */
+	RW_STAT_WAITS,				/* acquisitions that had to wait */
+	RW_STAT_WAIT_MS,			/* time spent in those waits */
+	RW_STAT_TIMEOUTS,			/* lock_timeout ran out (55P03) */
+	RW_STAT_CANCELS,			/* waits cancelled, statement_timeout */
+	RW_STAT_DEADLOCKS,			/* 40P01 for a deadlock */
+	RW_STAT_UPGRADE_CONFLICTS,	/* 40P01 for two readers upgrading */
+	RW_STAT_HOLDS_LOST,			/* holds found lost (lease, Redis data) */
+	RW_STAT_ERR_CONNECTION,		/* errors raised: class 08 */
+	RW_STAT_ERR_PERMISSION,		/* 42501 */
+	RW_STAT_ERR_OTHER,			/* any other Redis error */
+	RW_STAT_RENEWALS,			/* leases renewed (sessions and keeper) */
+	RW_STAT_RECONNECTS,			/* connections made after the first */
+	RW_STAT_FAILOVERS,			/* a new master followed */
+	RW_NSTATS
+} RwStat;
+
+typedef struct RwStatsCopy
+{
+	Oid			dboid;
+	uint64		counts[RW_NSTATS];
+	TimestampTz reset_at;
+} RwStatsCopy;
+
+extern void rw_stats_init(void);
+extern void rw_stats_attach(void);
+extern void rw_stat_add(RwStat what, uint64 n);
+extern void rw_stat_error(int sqlerrcode);
+extern int	rw_stats_read(RwStatsCopy **rows);
+extern bool rw_stats_reset(void);
 
 /* ---- keeper.c ---- */
 extern void rw_keeper_init(void);

@@ -71,3 +71,10 @@ CREATE FUNCTION redis_lock_stats_reset() RETURNS void
 REVOKE EXECUTE ON FUNCTION redis_lock_stats_reset() FROM PUBLIC;
 COMMENT ON FUNCTION redis_lock_stats_reset() IS
   'zero the Redis lock statistics of the current database';
+
+-- Unlock naming the mode, as pg_advisory_unlock and pg_advisory_unlock_shared
+-- each name theirs: the most recent session-level hold of that mode.
+CREATE FUNCTION redis_unlock(name text, mode text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'redis_unlock_mode' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redis_unlock(text, text) IS
+  'release the most recent session-level hold of a Redis lock in the given mode (read or write)';

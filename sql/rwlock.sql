@@ -95,3 +95,19 @@ SELECT redis_unlock_all();
 -- statistics need shared memory: without rwlock preloaded, none are kept
 SELECT count(*) AS stats_rows FROM redis_lock_stats;
 SELECT redis_lock_stats_reset();
+
+-- unlock naming the mode (pg_advisory_unlock_shared's counterpart)
+SELECT redis_wlock('m') > 0 AS w, redis_rlock('m') > 0 AS r, redis_wlock('m') > 0 AS w2;
+SELECT redis_unlock('m', 'read');            -- the read hold, under the newer write
+SELECT mode, depth FROM redis_held_locks WHERE name = 'm' ORDER BY mode;
+SELECT redis_unlock('m', 'read');            -- none left: WARNING, false
+SELECT redis_unlock('m', 'write'), redis_unlock('m', 'write');
+SELECT count(*) FROM redis_held_locks WHERE name = 'm';
+SELECT redis_rlock('m') >= 0 AS r, redis_wlock('m') > 0 AS w;
+SELECT redis_unlock('m', 'write');           -- drops the write, keeps the read
+SELECT state FROM redis_lock_info('m');      -- Redis has only the read lock now
+SELECT redis_unlock('m', 'write');           -- WARNING, false
+SELECT redis_unlock('m', 'read');
+SELECT state FROM redis_lock_info('m');
+SELECT redis_unlock('m', 'shared');          -- 22023
+SELECT redis_unlock('m', NULL);              -- 22004

@@ -256,24 +256,46 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 	return true;
 }
 
-/* Release the most recent session-level hold of `name`. */
+/*
+ * The index in h's stack of the most recent session-level hold of `mode`
+ * (RW_NONE: of either mode), or -1.
+ */
+static int
+held_last_of(RwHeld *h, RwMode mode)
+{
+	for (int i = h->stack_len - 1; i >= 0; i--)
+		if (mode == RW_NONE || h->stack[i] == mode)
+			return i;
+	return -1;
+}
+
+/*
+ * Release the most recent session-level hold of `name` in `mode`, or of
+ * either mode with RW_NONE (redis_unlock(name)).
+ */
 bool
-rw_unlock(const char *name)
+rw_unlock(const char *name, RwMode mode)
 {
 	RwHeld	   *h;
-	RwMode		mode;
+	int			i;
 	bool		ok;
 
 	rw_operation_begin();
 	h = rw_holds_find(name);
-	if (h == NULL || h->stack_len == 0)
+	i = h ? held_last_of(h, mode) : -1;
+	if (i < 0)
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_WARNING),
-				 errmsg("you don't own a session-level hold of Redis lock \"%s\"", name)));
+				 mode == RW_NONE ?
+				 errmsg("you don't own a session-level hold of Redis lock \"%s\"", name) :
+				 errmsg("you don't own a session-level %s hold of Redis lock \"%s\"",
+						mode == RW_WRITE ? "write" : "read", name)));
 		return false;
 	}
-	mode = h->stack[--h->stack_len];
+	mode = h->stack[i];
+	memmove(&h->stack[i], &h->stack[i + 1], (h->stack_len - i - 1) * sizeof(RwMode));
+	h->stack_len--;
 	h->count[RW_SESSION][mode]--;
 	ok = held_release(h, false);
 	rw_operation_end();

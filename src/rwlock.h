@@ -690,7 +690,7 @@ extern void rw_operation_begin(void);
 extern void rw_operation_end(void);
 extern bool rw_lock(const char *name, RwMode mode, RwLevel level,
 					long wait_ms, bool is_try, int64 *token);
-extern bool rw_unlock(const char *name);
+extern bool rw_unlock(const char *name, RwMode mode);
 extern int	rw_unlock_all(void);
 
 #endif							/* RWLOCK_H */

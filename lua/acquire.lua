@@ -75,6 +75,7 @@ if not h[2] and not h[6] then
     local a
     if h[7] then                      -- a reader again: a new lease
       a = {hash, rkey, e}
+      if h[8] and h[8] + 0 > e then a[4] = 'rm'; a[5] = e end   -- a shorter one
     elseif h[4] then                  -- rm: no reader's lease ends before it
       a = {hash, rkey, e, 'n', h[4] + 1}
       if not h[8] or h[8] + 0 > e then a[6] = 'rm'; a[7] = e end
@@ -225,11 +226,10 @@ if mode == 'r' then
   -- a turn at a later writer's release.
   if rw > 0 and not writer and not waiting then rw = 0; put('rw', false) end
   local e = now + lease
-  if not g[7] then
-    n = n + 1
-    put('n', n)
-    if n == 1 or e < rm then put('rm', e) end
-  end
+  if not g[7] then n = n + 1; put('n', n) end
+  -- rm: no reader's lease ends before it, the caller's new one included
+  -- (a lease can be shorter than the one it replaces).
+  if n == 1 or e < rm then put('rm', e) end
   put(rkey, e)
   raise(e)
   commit()

@@ -262,6 +262,34 @@ check "an upgrade (\"r\") still holds only the write lock after" "0" "$(run rele
 run release $V g3 '' 0 600000 >/dev/null
 run release $V g2 q 0 600000 >/dev/null
 
+hf() { redis-cli -p "$PORT" hget 'rw:{a}' "$1"; }
+zs() { redis-cli -p "$PORT" zscore 'rw:{a}:q' "$1"; }
+fresh() { redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null; }
+
+
+# (27.9) A reader's new, shorter lease lowers rm: a writer waits no longer
+# than that lease, in acquire's fast path, its general path and renew.lua.
+fresh
+run acquire $V m1 r 30000 0 600000 >/dev/null
+run acquire $V m1 r 300 0 600000 >/dev/null            # again, shorter (fast path)
+check "a shorter lease again lowers rm"  "yes"        "$(r=$(hf rm); f=$(hf r:m1); [ "$r" -le "$f" ] && echo yes || echo "no rm $r r:m1 $f")"
+sleep 0.4
+check "  the writer gets in once it ran out" "[0-9]*" "$(run acquire $V m9 w 30000 0 600000)"
+run release $V m9 '' 0 600000 >/dev/null; fresh
+run acquire $V m2 r 30000 0 600000 >/dev/null
+run acquire $V m8 w 30000 2000 600000 >/dev/null     # a waiting writer: the general path
+run acquire $V m2 r 300 0 600000 >/dev/null
+check "  and in the general path"        "yes"        "$(r=$(hf rm); f=$(hf r:m2); [ "$r" -le "$f" ] && echo yes || echo "no rm $r r:m2 $f")"
+sleep 0.4
+check "  the waiting writer gets in once it ran out" "[0-9]*" "$(run acquire $V m8 w 30000 2000 600000)"
+run release $V m8 '' 0 600000 >/dev/null; fresh
+run acquire $V m3 r 30000 0 600000 >/dev/null
+check "renew.lua with a shorter lease"   "1"          "$(run renew $V m3 300 600000)"
+check "  lowers rm"                      "yes"        "$(r=$(hf rm); f=$(hf r:m3); [ "$r" -le "$f" ] && echo yes || echo "no rm $r r:m3 $f")"
+sleep 0.4
+check "  the writer gets in once it ran out" "[0-9]*" "$(run acquire $V m9 w 30000 0 600000)"
+run release $V m9 '' 0 600000 >/dev/null
+
 redis-cli -p "$PORT" hset 'rw:{a}' v 1 >/dev/null
 check "protocol version mismatch"        "*RWLOCK_VERSION*is protocol 1*speaks 2*" "$(run acquire $V o7 w 30000 0 600000 2>&1)"
 

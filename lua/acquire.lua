@@ -195,9 +195,15 @@ local function busy(until_ms)
     if mode == 'r' then
       if e > rw then rw = e; put('rw', e) end
     else
-      -- In the queue exactly when its field i:<owner> is there; a member
-      -- without it is left over (its hash expired): it goes to the back.
-      if not myintent then redis.call('ZADD', queue, sec * 1000000 + us, owner) end
+      -- Always (back) in the queue when it renews its intent. A live
+      -- intent keeps its place (NX; should the queue key alone have gone,
+      -- it is back in, last); a lapsed or absent one has lost its place:
+      -- to the back, as a newcomer.
+      if myintent and myintent > now then
+        redis.call('ZADD', queue, 'NX', sec * 1000000 + us, owner)
+      else
+        redis.call('ZADD', queue, sec * 1000000 + us, owner)
+      end
       put(ikey, e)
       if e > qe then qe = e; put('qe', e) end
       -- The queue outlives every intent in it.

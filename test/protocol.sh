@@ -290,6 +290,38 @@ sleep 0.4
 check "  the writer gets in once it ran out" "[0-9]*" "$(run acquire $V m9 w 30000 0 600000)"
 run release $V m9 '' 0 600000 >/dev/null
 
+# (27.6) A waiting writer's intent that lapsed (here with the queue key,
+# which lives as long as the latest intent) has lost its place: when it
+# tries again it is back in the queue, behind those who came meanwhile.
+fresh
+run acquire $V q0 w 30000 0 600000 >/dev/null
+run acquire $V q1 w 30000 300 600000 >/dev/null       # a short intent
+sleep 0.4
+check "the lapsed intent outlived the queue key" "0 1" "$(redis-cli -p "$PORT" exists 'rw:{a}:q') $(redis-cli -p "$PORT" hexists 'rw:{a}' i:q1)"
+check "a writer arrives meanwhile"       "-*"         "$(run acquire $V q2 w 30000 2000 600000)"
+check "the lapsed writer tries again: busy" "-*"      "$(run acquire $V q1 w 30000 2000 600000)"
+check "  and is in the queue, behind it" "write * q0 * q2 * q1 *" "$(run info $V)"
+listen
+run release $V q0 '' 0 600000 >/dev/null
+check "  the hand-off names the first"   "w:q2"       "$(heard)"
+check "  who gets it; q1 waits"          "[0-9]*|-*"  "$(run acquire $V q2 w 30000 2000 600000)|$(run acquire $V q1 w 30000 2000 600000)"
+listen
+run release $V q2 '' 0 600000 >/dev/null
+check "  and q1 is told next (no missed wake-up)" "w:q1" "$(heard)"
+check "  and gets it"                    "[0-9]*"     "$(run acquire $V q1 w 30000 2000 600000)"
+run release $V q1 '' 0 600000 >/dev/null
+# A live intent keeps its place; should the queue key be gone, it is back in.
+fresh
+run acquire $V q0 w 30000 0 600000 >/dev/null
+run acquire $V q3 w 30000 2000 600000 >/dev/null
+s3=$(zs q3)
+run acquire $V q3 w 30000 2000 600000 >/dev/null
+check "a live intent keeps its place"    "$s3"        "$(zs q3)"
+redis-cli -p "$PORT" del 'rw:{a}:q' >/dev/null
+run acquire $V q3 w 30000 2000 600000 >/dev/null
+check "  and is back in the queue when the queue key is gone" "[0-9]*" "$(zs q3)"
+run release $V q3 q 0 600000 >/dev/null; run release $V q0 '' 0 600000 >/dev/null
+
 redis-cli -p "$PORT" hset 'rw:{a}' v 1 >/dev/null
 check "protocol version mismatch"        "*RWLOCK_VERSION*is protocol 1*speaks 2*" "$(run acquire $V o7 w 30000 0 600000 2>&1)"
 

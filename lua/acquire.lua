@@ -17,7 +17,9 @@
 --          "-" when it holds nothing of the lock: a reader field of its own
 --          that Redis still has is then left over from a release Redis lost
 --          (a failover) and is dropped, never taken for an upgrade. Absent:
---          the reader field decides, as before.
+--          the reader field decides, as before. With "r" and "w", a reader
+--          field of the caller's that is gone or lapsed is a read lock lost
+--          (lease, eviction, restart): the answer is "" and nothing changes.
 --
 -- Returns an integer token >= 0 when granted (a read grant returns the last
 -- write token, 0 if none is kept); an integer -ms <= -1 when busy, ms being
@@ -25,7 +27,9 @@
 -- lets it proceed tells it sooner: a reader on <KEYS[1]>:c, a writer on
 -- <KEYS[1]>:c:<owner>); a string, `other`, when
 -- the caller holds a read lock and wants the write lock while `other`, also a
--- reader, waits to do the same: one of them must give up. Never publishes.
+-- reader, waits to do the same: one of them must give up; the empty string
+-- when the caller upgrades (ARGV[7] "r") a read lock Redis no longer has for
+-- it: that read lock was lost. Never publishes.
 --
 -- While a writer holds the lock (field w), the hash's TTL is its lease: the
 -- writer's grant and renewal set it, nothing else may. Otherwise the hash
@@ -53,6 +57,7 @@ end
 if not h[2] and not h[6] then
   if mode ~= 'r' then
     if not h[4] then                  -- no reader either: the lock is free
+      if ARGV[7] == 'r' then return '' end   -- an upgrade: its read was lost
       local t = redis.call('TIME')
       local token = t[1] * 1000000 + t[2]
       if h[3] and h[3] + 1 > token then token = h[3] + 1 end
@@ -103,6 +108,15 @@ local n, rm, x, z = tonumber(h[4] or 0), tonumber(g[1] or 0), tonumber(h[5] or 0
 local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
 local myread, myintent = tonumber(g[7] or 0), g[6] and tonumber(g[6])
 
+-- An upgrade (ARGV[7] "r") whose reader field is gone or lapsed: the read
+-- lock was lost (its lease ran out, or Redis lost it). Said so, and nothing
+-- changes: never granted as if the read had been held throughout. The
+-- caller reports the loss and, if it still wants the lock, asks again
+-- holding nothing ("-").
+if ARGV[7] == 'r' and mode ~= 'r' and writer ~= owner and myread <= now then
+  return ''
+end
+
 -- Changes to the hash, written at the end by one HSET and one HDEL.
 local upd, ttl = {}, nil
 local function put(k, v) upd[k] = v end          -- v false: delete the field
@@ -140,8 +154,9 @@ if ARGV[7] == '-' and g[7] then
   if n == 0 then put('rm', false) end
   myread = 0
   g[7] = false
-  if upgrader == owner then upgrader = nil; put('u', false) end
 end
+-- Nor does a caller holding nothing wait to upgrade.
+if ARGV[7] == '-' and upgrader == owner then upgrader = nil; put('u', false) end
 
 -- The first waiting writer whose intent is live (those that lapsed are
 -- dropped), its intent end, and whether another writer waits behind it.

@@ -267,6 +267,25 @@ zs() { redis-cli -p "$PORT" zscore 'rw:{a}:q' "$1"; }
 fresh() { redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null; }
 
 
+# (27.7) An upgrade ("r") whose read lock Redis no longer has answers "" and
+# changes nothing: the caller's read was lost, never silently upgraded.
+fresh
+run acquire $V u1 r 30000 0 600000 >/dev/null
+redis-cli -p "$PORT" hdel 'rw:{a}' r:u1 n rm >/dev/null        # lost (evicted, say)
+check "upgrade of a lost read, free lock: the answer is \"\"" "" "$(run acquire $V u1 w 30000 2000 600000 r)"
+check "  and nothing was granted"        "0"          "$(redis-cli -p "$PORT" hexists 'rw:{a}' w)"
+check "  holding nothing (\"-\") it is granted" "[0-9]*" "$(run acquire $V u1 w 30000 2000 600000 -)"
+run release $V u1 '' 0 600000 >/dev/null
+run acquire $V u2 r 30000 0 600000 >/dev/null; run acquire $V u3 r 30000 0 600000 >/dev/null
+redis-cli -p "$PORT" hdel 'rw:{a}' r:u2 >/dev/null
+check "upgrade of a lost read beside another reader: \"\"" "" "$(run acquire $V u2 w 30000 2000 600000 r)"
+check "  and no intent, no upgrader left" "0 0"       "$(redis-cli -p "$PORT" hexists 'rw:{a}' i:u2) $(redis-cli -p "$PORT" hexists 'rw:{a}' u)"
+run acquire $V u4 r 200 0 600000 >/dev/null
+sleep 0.3
+check "upgrade of a lapsed read: \"\""   ""           "$(run acquire $V u4 w 30000 2000 600000 r)"
+check "an upgrade of a live read, the only one left, is granted" "[0-9]*" "$(run acquire $V u3 w 30000 2000 600000 r)"
+run release $V u3 '' 0 600000 >/dev/null
+
 # (27.9) A reader's new, shorter lease lowers rm: a writer waits no longer
 # than that lease, in acquire's fast path, its general path and renew.lua.
 fresh

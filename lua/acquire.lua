@@ -9,9 +9,10 @@
 -- ARGV[4]  lease, ms
 -- ARGV[5]  how long a waiting caller's mark lasts, ms; "0" when the caller
 --          will not wait. A waiting writer's mark is its place in KEYS[2]
---          (its intent, field i:<owner>); a waiting reader's raises field
---          rw, which gives readers a turn (rt) when the writer they wait for
---          leaves.
+--          with its intent, field i:<owner>; a waiting reader's is field
+--          m:<owner>, and raises field rw, which gives readers a turn (rt)
+--          when the writer they wait for leaves. release.lua "q" takes
+--          either back.
 -- ARGV[6]  keep, ms: the last write token outlives the lock by keep at least
 -- ARGV[7]  optional: "r" when the caller holds the read lock (an upgrade),
 --          "-" when it holds nothing of the lock: a reader field of its own
@@ -44,7 +45,7 @@ local hash, owner, mode = KEYS[1], ARGV[2], ARGV[3]
 local h, rkey
 if mode == 'r' then
   rkey = 'r:' .. owner
-  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', rkey, 'rm')
+  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', rkey, 'rm', 'm:' .. owner)
 else
   h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z')
 end
@@ -90,15 +91,16 @@ if not h[2] and not h[6] then
     if x then a[#a + 1] = 'x'; a[#a + 1] = x end
     redis.call('HSET', unpack(a))
     if x then redis.call('PEXPIRE', hash, x - now) end
+    if h[9] then redis.call('HDEL', hash, 'm:' .. owner) end   -- it waited: in now
     return h[3] and h[3] + 0 or 0
   end
 end
 
 -- The general path: a writer holds; writers waiting, readers waiting or in
 -- their turn; readers in the way of a writer; an upgrade.
-local queue, ikey = KEYS[2], 'i:' .. owner
+local queue, ikey, mkey = KEYS[2], 'i:' .. owner, 'm:' .. owner
 rkey = rkey or 'r:' .. owner
-local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey)
+local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey, mkey)
 local t = redis.call('TIME')
 local sec, us = tonumber(t[1]), tonumber(t[2])
 local now = sec * 1000 + math.floor(us / 1000)
@@ -208,6 +210,7 @@ local function busy(until_ms)
   if mark > 0 then
     local e = now + mark
     if mode == 'r' then
+      put(mkey, e)                    -- its own mark, for withdrawing it
       if e > rw then rw = e; put('rw', e) end
     else
       -- Always (back) in the queue when it renews its intent. A live
@@ -252,6 +255,7 @@ if mode == 'r' then
   -- (a lease can be shorter than the one it replaces).
   if n == 1 or e < rm then put('rm', e) end
   put(rkey, e)
+  if g[8] then put(mkey, false) end           -- it waited: in now
   raise(e)
   commit()
   return tonumber(h[3] or 0)

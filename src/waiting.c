@@ -17,10 +17,10 @@
  * (RW_INTENT_MS), renewed at each try, which makes new readers queue behind
  * it. A waiting reader leaves a mark of the same lease, which gives waiting
  * readers a turn before the next writer when the current writer leaves. The
- * intent is withdrawn when the wait ends without the lock, also from the
- * (sub)transaction abort callbacks (rw_abandon_wait); the withdrawal is sent
- * without waiting for the answer, and with no connection left to its short
- * lease.
+ * intent or mark is withdrawn when the wait ends without the lock, also from
+ * the (sub)transaction abort callbacks (rw_abandon_wait), so that a reader
+ * that gave up is owed no turn; the withdrawal is sent without waiting for
+ * the answer, and with no connection left to its short lease.
  *
  * An upgrade whose read lock Redis no longer has (RW_READ_LOST) marks the
  * hold lost at once, with a WARNING kept for the end of the call, and goes
@@ -62,7 +62,7 @@ static struct
 	char	   *name;			/* copy in wait_cxt */
 	RwKeys		keys;			/* copy in wait_cxt */
 	RwMode		held_mode;		/* what the session held before */
-	bool		intent;			/* a writer's intent may be registered */
+	bool		intent;			/* an intent or mark may be registered */
 	bool		subscribed;		/* on one of subs at least */
 	int			nsubs;			/* the node's subscriber, or each member's */
 	RwConn	   *subs[RW_QUORUM_MAX];
@@ -128,7 +128,7 @@ wait_unsubscribe(void)
 }
 
 /*
- * End the wait. With withdraw, take back the writer's intent: sent without
+ * End the wait. With withdraw, take back the intent or mark: sent without
  * waiting for the answer (this also runs from abort callbacks, which must
  * not wait on Redis), or, with no connection, left to its short lease.
  */
@@ -515,7 +515,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 	int64		redirected_since = 0;	/* first of the redirections in a row */
 
-	wait_begin(node, keys, name, mode, held_mode, intent > 0 && mode == RW_WRITE);
+	wait_begin(node, keys, name, mode, held_mode, intent > 0);
 	for (;;)
 	{
 		RwAcquireStatus status;

@@ -3,7 +3,10 @@
 #     eviction or a restart would) is reported: a WARNING naming the lock,
 #     never granted as if the read had been held throughout; the session
 #     then takes the write lock anew (a new token), or, when it cannot, its
-#     hold shows as lost and redis_unlock returns false.
+#     hold shows as lost and redis_unlock returns false;
+#  2. (27.18) a reader whose wait ran out (lock_timeout) leaves no mark: the
+#     only holder, holding read and write, drops the write and takes it
+#     again at once with redis_try_wlock (no readers' turn for nobody).
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -57,6 +60,39 @@ my ($out, $err);
 	($out, $err) = sq($s, "SELECT redis_unlock('up2')");
 	is($out, 'f', '1. redis_unlock says false');
 	sq($r, "SELECT redis_unlock('up2')");
+	$s->quit;
+	$r->quit;
+}
+
+# ------------------------------------------------------------------
+# 2. A reader that gave up leaves no mark (exactly the sequence of 27.18).
+# ------------------------------------------------------------------
+{
+	my $s = session($node);
+	my $r = session($node);
+	for my $round (1 .. 3)
+	{
+		($out) = sq($s, "SELECT redis_rlock('t') >= 0, redis_wlock('t') > 0");
+		is($out, 't|t', "2.$round read and write held, the only holder");
+		sq($r, "SET lock_timeout = '300ms'");
+		($out, $err) = sq($r, "SELECT redis_rlock('t')");
+		is(sqlstate($err), '55P03', "2.$round the reader's wait ran out");
+		is(redis_cli($port, 'HEXISTS', "$prefix:{t}", 'rw'), '0',
+			"2.$round its mark is gone from Redis");
+		($out, $err) = sq($s,
+			"SELECT redis_unlock('t'), redis_try_wlock('t')");
+		is($out, 't|t', "2.$round the write dropped and taken again at once")
+		  or diag $err;
+		($out) = sq($s, 'SELECT redis_unlock_all()');
+		is($out, '2', "2.$round released");
+	}
+	# A writer that gave up, for comparison (its intent was always withdrawn).
+	($out) = sq($s, "SELECT redis_rlock('t') >= 0, redis_wlock('t') > 0");
+	($out, $err) = sq($r, "SELECT redis_wlock('t')");
+	is(sqlstate($err), '55P03', "2. a writer's wait ran out");
+	($out) = sq($s, "SELECT redis_unlock('t'), redis_try_wlock('t')");
+	is($out, 't|t', '2. likewise at once');
+	sq($s, 'SELECT redis_unlock_all()');
 	$s->quit;
 	$r->quit;
 }

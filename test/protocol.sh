@@ -341,6 +341,35 @@ run acquire $V q3 w 30000 2000 600000 >/dev/null
 check "  and is back in the queue when the queue key is gone" "[0-9]*" "$(zs q3)"
 run release $V q3 q 0 600000 >/dev/null; run release $V q0 '' 0 600000 >/dev/null
 
+# (27.18) A waiting reader that gives up takes its mark back (release "q"):
+# no readers' turn is then started for nobody. Here the holder downgrades
+# and upgrades again at once, as a SQL session holding read and write does
+# with redis_unlock and redis_try_wlock.
+fresh
+run acquire $V s1 r 30000 0 600000 >/dev/null
+run acquire $V s1 w 30000 0 600000 r >/dev/null
+check "a reader waits for the writer"    "-*"         "$(run acquire $V s2 r 30000 2000 600000)"
+check "  with a mark of its own"         "yes"        "$([ "$(hf m:s2)" = "$(hf rw)" ] && [ -n "$(hf rw)" ] && echo yes || echo no)"
+check "it gives up: its mark goes"       "1"          "$(run release $V s2 q 0 600000)"
+check "  m:s2 and rw gone"               "0 0"        "$(redis-cli -p "$PORT" hexists 'rw:{a}' m:s2) $(redis-cli -p "$PORT" hexists 'rw:{a}' rw)"
+got=$(batch "release s1 r 30000 600000" "acquire s1 w 30000 0 600000 r" | paste -sd'|')
+check "downgrade, then upgrade at once: no turn for nobody" "1|[0-9]*" "$got"
+run release $V s1 '' 0 600000 >/dev/null
+# Two readers wait; the later gives up: the earlier's mark still starts a turn.
+fresh
+run acquire $V s1 w 30000 0 600000 >/dev/null
+run acquire $V s3 r 30000 2000 600000 >/dev/null
+sleep 0.01
+run acquire $V s4 r 30000 2000 600000 >/dev/null
+run release $V s4 q 0 600000 >/dev/null
+check "the other reader's mark is rw now" "yes"       "$([ "$(hf m:s3)" = "$(hf rw)" ] && [ -n "$(hf rw)" ] && echo yes || echo no)"
+listen
+run release $V s1 '' 0 600000 >/dev/null
+check "  the writer leaves: the waiting reader is told" "r" "$(heard)"
+check "  the readers' turn is on"        "-*"         "$(run acquire $V s5 w 30000 0 600000)"
+check "  the reader gets in, its mark goes" "[0-9]* 0" "$(run acquire $V s3 r 30000 2000 600000) $(redis-cli -p "$PORT" hexists 'rw:{a}' m:s3)"
+run release $V s3 '' 0 600000 >/dev/null
+
 redis-cli -p "$PORT" hset 'rw:{a}' v 1 >/dev/null
 check "protocol version mismatch"        "*RWLOCK_VERSION*is protocol 1*speaks 2*" "$(run acquire $V o7 w 30000 0 600000 2>&1)"
 

@@ -409,9 +409,10 @@ class Lock extends EventEmitter {
     const leaseMs = Math.max(1, Math.round(this.lease));
     const deadline = timeout == null ? null : now() + Math.max(0, timeout);
     // A caller that will wait leaves a mark (a writer's intent, a reader's
-    // claim to a turn), renewed at each try.
+    // claim to a turn), renewed at each try, and withdrawn ('q') when the
+    // wait ends without the lock: a reader that gave up is owed no turn.
     const intent = timeout == null || timeout > 0 ? INTENT_MS : 0;
-    const withdraw = intent > 0 && mode === 'w';
+    const withdraw = intent > 0;
     const undo = upgrade ? 'r' : '';
     // Readers are woken on the lock's channel, a writer on its own.
     const channel = mode === 'r' ? this._channel : `${this._channel}:${this.owner}`;

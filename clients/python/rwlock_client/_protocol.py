@@ -322,9 +322,11 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     # A caller that will wait leaves a mark: a writer's intent (new readers
     # queue behind it), a reader's claim to a turn after the current writer.
-    # It lasts INTENT_MS and is renewed at each try.
+    # It lasts INTENT_MS and is renewed at each try, and is withdrawn
+    # (release "q") when the wait ends without the lock: a reader that gave
+    # up is owed no turn.
     intent = INTENT_MS if timeout is None or timeout > 0 else 0
-    withdraw = bool(intent) and mode == "w"
+    withdraw = bool(intent)
     subscribed = False
     done = False
     undo = "r" if upgrade else ""

@@ -231,7 +231,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		rw_release_send_owed(node);
 		if (!rw_wait_acquire(node, &h->keys, name, want, h->redis_mode,
 							 is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1),
-							 !is_try, &tok, &since))
+							 !is_try, &tok, &since, &h->lost))
 		{
 			rw_holds_sweep();
 			rw_wait_done();

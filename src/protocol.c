@@ -174,7 +174,9 @@ rw_proto_acquire_send(RwConn *conn, const RwKeys *keys, RwMode mode,
  * Read the answer to rw_proto_acquire_send. RW_GRANTED: *result is the
  * fencing token. RW_BUSY: *result is the longest to sleep before trying
  * again, ms. RW_UPGRADE_CONFLICT: *other is the reader that already waits
- * to upgrade. RW_GRANTED_UNACKED: granted (*result is the token), but with
+ * to upgrade. RW_READ_LOST: an upgrade (held_mode RW_READ) whose read lock
+ * Redis no longer has (expired, evicted, lost in a restart); nothing
+ * changed. RW_GRANTED_UNACKED: granted (*result is the token), but with
  * rwlock.wait_replicas > 0 only *acks replicas acknowledged it (the WAIT
  * pipelined after the script): the caller must undo it. RW_ACQ_FAILED:
  * *err says why; err->maybe_sent whether the script may have run (and
@@ -192,16 +194,20 @@ rw_proto_acquire_collect(RwConn *conn, RwAcquireCall *c, int64 *result,
 		return RW_ACQ_FAILED;
 
 	/*
-	 * The script answers the token (>= 0) when granted, -ms when busy, or
-	 * the other upgrading reader. An error reply comes before the script's
-	 * writes: nothing granted.
+	 * The script answers the token (>= 0) when granted, -ms when busy, the
+	 * other upgrading reader, or, to an upgrade whose read lock Redis no
+	 * longer has, the empty string. An error reply comes before the
+	 * script's writes: nothing granted.
 	 */
 	err->maybe_sent = false;
-	if (r->type == REDIS_REPLY_STRING && r->len > 0)
+	if (r->type == REDIS_REPLY_STRING)
 	{
-		*other = pnstrdup(r->str, r->len);
+		RwAcquireStatus status = r->len > 0 ? RW_UPGRADE_CONFLICT : RW_READ_LOST;
+
+		if (r->len > 0)
+			*other = pnstrdup(r->str, r->len);
 		freeReplyObject(r);
-		return RW_UPGRADE_CONFLICT;
+		return status;
 	}
 	if (!proto_is_int(r))
 	{

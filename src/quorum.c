@@ -530,6 +530,8 @@ quorum_failure(RwNode *node, const RwVote *votes, int answered, RwError *err)
  *					token any granting member returned;
  *	  RW_UPGRADE_CONFLICT  a member has another reader waiting to upgrade
  *					(*other);
+ *	  RW_READ_LOST	an upgrade, and more members than a majority can spare
+ *					no longer have the read lock: it was lost;
  *	  RW_BUSY		no majority: *result is how long to sleep at most, ms;
  *					*split if some members granted it (votes split);
  *	  RW_ACQ_FAILED fewer members than a majority answered and count:
@@ -548,6 +550,7 @@ rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 	int64		started = rw_now_ms();
 	int			granted = 0,
 				answered = 0,
+				read_lost = 0,
 				any_granted = 0;
 	int64		token = 0,
 				sleep_ms = PG_INT64_MAX;
@@ -571,6 +574,8 @@ rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 		answered++;
 		if (v->status == RW_GRANTED)
 			granted++;
+		else if (v->status == RW_READ_LOST)
+			read_lost++;
 		else
 			sleep_ms = Min(sleep_ms, v->result);
 	}
@@ -592,6 +597,13 @@ rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 		return RW_GRANTED;
 	}
 	pfree(calls);
+
+	/*
+	 * An upgrade: too many members that count no longer have our read lock
+	 * for a majority to have it.
+	 */
+	if (read_lost > q->n - rw_quorum_majority(node))
+		return RW_READ_LOST;
 	if (answered < rw_quorum_majority(node))
 	{
 		quorum_failure(node, votes, answered, err);

@@ -391,6 +391,8 @@ typedef enum RwAcquireStatus
 	RW_UPGRADE_CONFLICT,
 	RW_GRANTED_UNACKED,			/* granted, but fewer replicas than
 								 * rwlock.wait_replicas acknowledged it */
+	RW_READ_LOST,				/* an upgrade: Redis has no live read lock
+								 * of ours any more; nothing changed */
 } RwAcquireStatus;
 
 typedef struct RwLockInfo
@@ -676,7 +678,7 @@ extern void rw_note_release_failed(const char *name, const RwError *err);
 extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 							RwMode mode, RwMode held_mode, long timeout_ms,
 							bool timeout_is_error, int64 *token,
-							int64 *since);
+							int64 *since, bool *lost);
 extern void rw_wait_done(void);
 extern void rw_abandon_wait(void);
 

@@ -17,10 +17,14 @@
  * (RW_INTENT_MS), renewed at each try, which makes new readers queue behind
  * it. A waiting reader leaves a mark of the same lease, which gives waiting
  * readers a turn before the next writer when the current writer leaves. The
- * intent is withdrawn when the wait ends without the lock, also from the
- * (sub)transaction abort callbacks (rw_abandon_wait); the withdrawal is sent
- * without waiting for the answer, and with no connection left to its short
- * lease.
+ * intent or mark is withdrawn when the wait ends without the lock, also from
+ * the (sub)transaction abort callbacks (rw_abandon_wait), so that a reader
+ * that gave up is owed no turn; the withdrawal is sent without waiting for
+ * the answer, and with no connection left to its short lease.
+ *
+ * An upgrade whose read lock Redis no longer has (RW_READ_LOST) marks the
+ * hold lost at once, with a WARNING kept for the end of the call, and goes
+ * on as an acquisition that holds nothing.
  *
  * In quorum mode (quorum.c) each try goes to every member of the quorum at
  * once, after the releases owed for the name on each member are queued
@@ -58,7 +62,7 @@ static struct
 	char	   *name;			/* copy in wait_cxt */
 	RwKeys		keys;			/* copy in wait_cxt */
 	RwMode		held_mode;		/* what the session held before */
-	bool		intent;			/* a writer's intent may be registered */
+	bool		intent;			/* an intent or mark may be registered */
 	bool		subscribed;		/* on one of subs at least */
 	int			nsubs;			/* the node's subscriber, or each member's */
 	RwConn	   *subs[RW_QUORUM_MAX];
@@ -124,7 +128,7 @@ wait_unsubscribe(void)
 }
 
 /*
- * End the wait. With withdraw, take back the writer's intent: sent without
+ * End the wait. With withdraw, take back the intent or mark: sent without
  * waiting for the answer (this also runs from abort callbacks, which must
  * not wait on Redis), or, with no connection, left to its short lease.
  */
@@ -447,6 +451,8 @@ wait_try_quorum(RwNode *node, const RwKeys *keys, const char *name,
 							   votes, result, other, split, err);
 	if (status == RW_GRANTED)
 		return status;
+	if (status == RW_READ_LOST)
+		undo = RW_KEEP_NOTHING;	/* no read lock left to keep */
 	for (int i = 0; i < n; i++)
 	{
 		if (votes[i].status == RW_GRANTED ||
@@ -486,7 +492,11 @@ wait_split_pause(void)
 /*
  * Take the lock in `mode`, waiting up to timeout_ms (-1: forever, 0: not at
  * all). held_mode is what the session already holds in Redis (RW_READ when
- * this is an upgrade). On success sets *token and returns true; the caller
+ * this is an upgrade). *lost is the hold's record that it was lost: set as
+ * soon as Redis answers that the read lock being upgraded is gone (nothing
+ * can throw in between), after which the session holds nothing and the
+ * upgrade goes on as a new acquisition; an upgrade whose hold was already
+ * found lost (a renewal while waiting) goes on so too. On success sets *token and returns true; the caller
  * records the grant (its lease runs from *since, when the try that got it
  * was sent), then calls rw_wait_done. When the time runs out,
  * returns false, or raises 55P03 if timeout_is_error.
@@ -499,13 +509,13 @@ wait_split_pause(void)
 bool
 rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 				RwMode mode, RwMode held_mode, long timeout_ms,
-				bool timeout_is_error, int64 *token, int64 *since)
+				bool timeout_is_error, int64 *token, int64 *since, bool *lost)
 {
 	int64		deadline = timeout_ms < 0 ? PG_INT64_MAX : rw_now_ms() + timeout_ms;
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 	int64		redirected_since = 0;	/* first of the redirections in a row */
 
-	wait_begin(node, keys, name, mode, held_mode, intent > 0 && mode == RW_WRITE);
+	wait_begin(node, keys, name, mode, held_mode, intent > 0);
 	for (;;)
 	{
 		RwAcquireStatus status;
@@ -517,6 +527,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 
 		bool		split = false;
 
+		if (held_mode == RW_READ && *lost)
+			held_mode = wait_state.held_mode = RW_NONE;
 		*since = rw_now_ms();
 		if (rw_quorum_size(node) > 0)
 			status = wait_try_quorum(node, keys, name, mode, held_mode, intent,
@@ -549,6 +561,14 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 							   rw_lease_ms);
 			wait_end(true);
 			rw_raise(&node->cmd, &err);
+		}
+		if (status == RW_READ_LOST)
+		{
+			/* Recorded first; the WARNING waits for the end of the call. */
+			*lost = true;
+			held_mode = wait_state.held_mode = RW_NONE;
+			rw_note_lost(name, "Redis no longer had this session's read lock when it asked to upgrade it to the write lock: its lease ran out or Redis lost its data.");
+			continue;
 		}
 		if (status == RW_UPGRADE_CONFLICT)
 		{

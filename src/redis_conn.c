@@ -475,13 +475,65 @@ conn_policy_from_info(RwConn *conn, int64 deadline, char **policy,
 	return true;
 }
 
+/* Whether a ROLE answer says master; false with *err if it does not. */
+static bool
+conn_role_is_master(RwEndpoint *ep, redisReply *r, RwError *err)
+{
+	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+		r->element[0]->type == REDIS_REPLY_STRING &&
+		strcmp(r->element[0]->str, "master") == 0)
+		return true;
+	set_error(err, RW_ERR_CONNECT,
+			  "the server the sentinels named for \"%s\" is not its master (ROLE: %s)",
+			  ep->master_name,
+			  r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+			  r->element[0]->type == REDIS_REPLY_STRING ?
+			  r->element[0]->str : "?");
+	return false;
+}
+
+/*
+ * A Sentinel-named master, before the password goes to it: ROLE alone. Not
+ * the master: false with *err, and the password was never sent. NOAUTH (a
+ * server with requirepass answers nothing before AUTH): *checked false,
+ * and ROLE is asked again after AUTH. False with *err if the exchange
+ * failed.
+ */
+static bool
+conn_role_before_auth(RwConn *conn, int64 deadline, bool *checked,
+					  RwError *err)
+{
+	const char *argv[1] = {"ROLE"};
+	redisReply *r;
+	bool		ok = true;
+
+	*checked = false;
+	rw_append(conn, 1, argv, NULL, NULL);
+	if (!conn_exchange(conn, 1, &r, deadline, "rwlock.connect_timeout",
+					   rw_connect_timeout_ms, err))
+		return false;
+	if (r->type != REDIS_REPLY_ERROR)
+	{
+		ok = conn_role_is_master(&conn->node->ep, r, err);
+		*checked = ok;
+	}
+	freeReplyObject(r);
+	if (!ok)
+		rw_conn_close(conn);
+	return ok;
+}
+
 /*
  * AUTH and SELECT as the URL asks, and a client name for CLIENT LIST. A
  * Redis that wants a password we did not give refuses CLIENT SETNAME with
  * NOAUTH; another refusal of it (an ACL) is ignored. For a Sentinel-named
  * master, ROLE too, in the same round trip: a sentinel may name a server
- * that is no longer (or not yet) the master. A sentinel without a password
- * ignores one that a catch-all line of the password file gave.
+ * that is no longer (or not yet) the master. With a password to send,
+ * ROLE goes first, alone (conn_role_before_auth): a server that is not the
+ * master never gets the password, unless it requires one before ROLE
+ * (requirepass), which only the sentinels' majority (sentinel.c) and TLS
+ * verification of the master's name then guard. A sentinel without a
+ * password ignores one that a catch-all line of the password file gave.
  *
  * A command connection to a Redis that serves locks also checks, in the
  * same round trip, that it may (SPEC 13): its maxmemory-policy must be
@@ -508,9 +560,14 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 	char	   *policy = NULL;
 	bool		policy_asked = false;
 	bool		fit_check = !ep->is_sentinel && !conn->is_subscriber;
+	bool		role_checked = false;
 	int			n = 0;
 	bool		ok = true;
 
+	/* A server a sentinel named proves it is the master before AUTH. */
+	if (ep->sentinel && password &&
+		!conn_role_before_auth(conn, deadline, &role_checked, err))
+		return false;
 	if (password)
 	{
 		const char *argv[3] = {"AUTH", user ? user : password, password};
@@ -535,7 +592,7 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 		rw_append(conn, 3, argv, NULL, NULL);
 		commands[n++] = "CLIENT SETNAME";
 	}
-	if (ep->sentinel)
+	if (ep->sentinel && !role_checked)
 	{
 		const char *argv[1] = {"ROLE"};
 
@@ -618,19 +675,8 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 				 (strcmp(commands[i], "CLIENT SETNAME") != 0 ||
 				  strncmp(r->str, "NOAUTH", 6) == 0))
 			ok = conn_handshake_error(r, commands[i], err);
-		else if (strcmp(commands[i], "ROLE") == 0 &&
-				 !(r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-				   r->element[0]->type == REDIS_REPLY_STRING &&
-				   strcmp(r->element[0]->str, "master") == 0))
-		{
-			set_error(err, RW_ERR_CONNECT,
-					  "the server the sentinels named for \"%s\" is not its master (ROLE: %s)",
-					  ep->master_name,
-					  r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-					  r->element[0]->type == REDIS_REPLY_STRING ?
-					  r->element[0]->str : "?");
-			ok = false;
-		}
+		else if (strcmp(commands[i], "ROLE") == 0)
+			ok = conn_role_is_master(ep, r, err);
 		freeReplyObject(r);
 	}
 	if (ok && fit_check && !policy_asked)

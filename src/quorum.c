@@ -207,7 +207,8 @@ void
 rw_quorum_failed(RwNode *node, int i, const RwError *err)
 {
 	if (err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_CONNECT ||
-		err->kind == RW_ERR_AUTH)
+		err->kind == RW_ERR_AUTH || err->kind == RW_ERR_UNFIT ||
+		err->kind == RW_ERR_NOPERM)
 		node->quorum->retry_ms[i] = rw_now_ms() + RW_QUORUM_RETRY_MS;
 }
 

@@ -417,25 +417,160 @@ conn_handshake_error(redisReply *r, const char *command, RwError *err)
 }
 
 /*
+ * The maxmemory-policy in a CONFIG GET answer, or in INFO memory's text;
+ * NULL if neither says (refused by an ACL, renamed, or another reply).
+ */
+static char *
+conn_policy_of(redisReply *r)
+{
+	const char *p;
+
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		r->element[1]->type == REDIS_REPLY_STRING)
+		return pstrdup(r->element[1]->str);
+	if (r->type == REDIS_REPLY_STRING &&
+		(p = strstr(r->str, "maxmemory_policy:")) != NULL)
+	{
+		p += strlen("maxmemory_policy:");
+		return pnstrdup(p, strcspn(p, "\r\n"));
+	}
+	return NULL;
+}
+
+/*
+ * Whether a Redis with this maxmemory-policy may serve locks: only
+ * noeviction. Any other policy evicts keys once maxmemory is reached, and a
+ * lock hash carries a TTL, so volatile-* policies take lock keys first. It
+ * is refused even while maxmemory is 0 (nothing evicted yet): CONFIG SET
+ * maxmemory can change that at any time, unseen by the connections made.
+ */
+static bool
+conn_policy_check(const char *policy, RwError *err)
+{
+	if (policy == NULL || pg_strcasecmp(policy, "noeviction") == 0)
+		return true;
+	set_error(err, RW_ERR_UNFIT,
+			  "its maxmemory-policy is %s: it may evict lock keys, freeing held locks for others; set maxmemory-policy noeviction",
+			  policy);
+	return false;
+}
+
+/*
+ * The maxmemory-policy from INFO memory, for a user that CONFIG GET was
+ * refused to. NULL if that is refused too: then nothing can be known, and
+ * the connection is used (the README says which permissions the check
+ * needs). False, with *err, if the exchange failed.
+ */
+static bool
+conn_policy_from_info(RwConn *conn, int64 deadline, char **policy,
+					  RwError *err)
+{
+	const char *argv[2] = {"INFO", "memory"};
+	redisReply *r;
+
+	*policy = NULL;
+	rw_append(conn, 2, argv, NULL, NULL);
+	if (!conn_exchange(conn, 1, &r, deadline, "rwlock.connect_timeout",
+					   rw_connect_timeout_ms, err))
+		return false;
+	*policy = conn_policy_of(r);
+	freeReplyObject(r);
+	return true;
+}
+
+/* Whether a ROLE answer says master; false with *err if it does not. */
+static bool
+conn_role_is_master(RwEndpoint *ep, redisReply *r, RwError *err)
+{
+	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+		r->element[0]->type == REDIS_REPLY_STRING &&
+		strcmp(r->element[0]->str, "master") == 0)
+		return true;
+	set_error(err, RW_ERR_CONNECT,
+			  "the server the sentinels named for \"%s\" is not its master (ROLE: %s)",
+			  ep->master_name,
+			  r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+			  r->element[0]->type == REDIS_REPLY_STRING ?
+			  r->element[0]->str : "?");
+	return false;
+}
+
+/*
+ * A Sentinel-named master, before the password goes to it: ROLE alone. Not
+ * the master: false with *err, and the password was never sent. NOAUTH (a
+ * server with requirepass answers nothing before AUTH): *checked false,
+ * and ROLE is asked again after AUTH. False with *err if the exchange
+ * failed.
+ */
+static bool
+conn_role_before_auth(RwConn *conn, int64 deadline, bool *checked,
+					  RwError *err)
+{
+	const char *argv[1] = {"ROLE"};
+	redisReply *r;
+	bool		ok = true;
+
+	*checked = false;
+	rw_append(conn, 1, argv, NULL, NULL);
+	if (!conn_exchange(conn, 1, &r, deadline, "rwlock.connect_timeout",
+					   rw_connect_timeout_ms, err))
+		return false;
+	if (r->type != REDIS_REPLY_ERROR)
+	{
+		ok = conn_role_is_master(&conn->node->ep, r, err);
+		*checked = ok;
+	}
+	freeReplyObject(r);
+	if (!ok)
+		rw_conn_close(conn);
+	return ok;
+}
+
+/*
  * AUTH and SELECT as the URL asks, and a client name for CLIENT LIST. A
  * Redis that wants a password we did not give refuses CLIENT SETNAME with
  * NOAUTH; another refusal of it (an ACL) is ignored. For a Sentinel-named
  * master, ROLE too, in the same round trip: a sentinel may name a server
- * that is no longer (or not yet) the master. A sentinel without a password
- * ignores one that a catch-all line of the password file gave.
+ * that is no longer (or not yet) the master. With a password to send,
+ * ROLE goes first, alone (conn_role_before_auth): a server that is not the
+ * master never gets the password, unless it requires one before ROLE
+ * (requirepass), which only the sentinels' majority (sentinel.c) and TLS
+ * verification of the master's name then guard. A sentinel without a
+ * password ignores one that a catch-all line of the password file gave.
+ *
+ * A command connection to a Redis that serves locks also checks, in the
+ * same round trip, that it may (SPEC 13): its maxmemory-policy must be
+ * noeviction (CONFIG GET, or INFO memory if an ACL refuses CONFIG), and a
+ * session's user must be allowed to publish on the lock channels of its
+ * rwlock.key_prefix (a PUBLISH to "<prefix>:{}:c", a channel no waiter
+ * listens on: no lock has an empty name). Without that permission every
+ * release that has a waiter to wake fails, and the lock is left to its
+ * lease. A waiters' connection checks that the user may subscribe there
+ * (SUBSCRIBE and UNSUBSCRIBE; without it, waiters could only poll), at the
+ * first wait. The keeper does not publish (renewals wake nobody) and serves
+ * holds of every prefix: it checks the policy only.
  */
 static bool
 conn_handshake(RwConn *conn, const char *user, const char *password,
 			   int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
-	const char *commands[4];
-	redisReply *replies[4];
+	const char *commands[7];
+	redisReply *replies[7];
 	char		dbbuf[16];
 	char		namebuf[64];
+	char	   *probe = NULL;
+	char	   *policy = NULL;
+	bool		policy_asked = false;
+	bool		fit_check = !ep->is_sentinel && !conn->is_subscriber;
+	bool		role_checked = false;
 	int			n = 0;
 	bool		ok = true;
 
+	/* A server a sentinel named proves it is the master before AUTH. */
+	if (ep->sentinel && password &&
+		!conn_role_before_auth(conn, deadline, &role_checked, err))
+		return false;
 	if (password)
 	{
 		const char *argv[3] = {"AUTH", user ? user : password, password};
@@ -460,22 +595,81 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 		rw_append(conn, 3, argv, NULL, NULL);
 		commands[n++] = "CLIENT SETNAME";
 	}
-	if (ep->sentinel)
+	if (ep->sentinel && !role_checked)
 	{
 		const char *argv[1] = {"ROLE"};
 
 		rw_append(conn, 1, argv, NULL, NULL);
 		commands[n++] = "ROLE";
 	}
+	if (fit_check)
+	{
+		const char *argv[3] = {"CONFIG", "GET", "maxmemory-policy"};
+
+		rw_append(conn, 3, argv, NULL, NULL);
+		commands[n++] = "CONFIG GET";
+	}
+	if (fit_check && !IsBackgroundWorker)
+	{
+		const char *argv[3] = {"PUBLISH", NULL, ""};
+
+		probe = psprintf("%s:{}:c", rw_key_prefix);
+		argv[1] = probe;
+		rw_append(conn, 3, argv, NULL, NULL);
+		commands[n++] = "PUBLISH";
+	}
+	if (conn->is_subscriber && !ep->is_sentinel)
+	{
+		const char *sub[2] = {"SUBSCRIBE", NULL};
+		const char *unsub[2] = {"UNSUBSCRIBE", NULL};
+
+		probe = psprintf("%s:{}:c", rw_key_prefix);
+		sub[1] = unsub[1] = probe;
+		rw_append(conn, 2, sub, NULL, NULL);
+		commands[n++] = "SUBSCRIBE";
+		rw_append(conn, 2, unsub, NULL, NULL);
+		commands[n++] = "UNSUBSCRIBE";
+	}
 	if (!conn_exchange(conn, n, replies, deadline, "rwlock.connect_timeout",
 					   rw_connect_timeout_ms, err))
+	{
+		if (probe)
+			pfree(probe);
 		return false;
+	}
 	for (int i = 0; i < n; i++)
 	{
 		redisReply *r = replies[i];
 
 		if (!ok)
 			;
+		else if (strcmp(commands[i], "CONFIG GET") == 0)
+		{
+			/* Refused (an ACL, a renamed CONFIG): INFO is asked below. */
+			policy = conn_policy_of(r);
+			policy_asked = policy != NULL;
+		}
+		else if ((strcmp(commands[i], "PUBLISH") == 0 ||
+				  strcmp(commands[i], "SUBSCRIBE") == 0) &&
+				 r->type == REDIS_REPLY_ERROR &&
+				 strncmp(r->str, "NOAUTH", 6) != 0)
+		{
+			set_error(err, RW_ERR_NOPERM,
+					  "the Redis user may not %s the lock channels (%s %s: %s)",
+					  commands[i][0] == 'P' ? "publish on" : "subscribe to",
+					  commands[i], probe, r->str);
+			ok = false;
+		}
+		else if (strcmp(commands[i], "UNSUBSCRIBE") == 0 &&
+				 !(r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+				   r->element[2]->type == REDIS_REPLY_INTEGER &&
+				   r->element[2]->integer == 0))
+		{
+			/* Still subscribed: no use as a waiter's connection. */
+			set_error(err, RW_ERR_CONNECT,
+					  "unexpected answer to UNSUBSCRIBE %s at connect", probe);
+			ok = false;
+		}
 		else if (r->type == REDIS_REPLY_ERROR && ep->is_sentinel &&
 				 strcmp(commands[i], "AUTH") == 0 &&
 				 strstr(r->str, "without any password configured") != NULL)
@@ -484,21 +678,18 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 				 (strcmp(commands[i], "CLIENT SETNAME") != 0 ||
 				  strncmp(r->str, "NOAUTH", 6) == 0))
 			ok = conn_handshake_error(r, commands[i], err);
-		else if (strcmp(commands[i], "ROLE") == 0 &&
-				 !(r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-				   r->element[0]->type == REDIS_REPLY_STRING &&
-				   strcmp(r->element[0]->str, "master") == 0))
-		{
-			set_error(err, RW_ERR_CONNECT,
-					  "the server the sentinels named for \"%s\" is not its master (ROLE: %s)",
-					  ep->master_name,
-					  r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-					  r->element[0]->type == REDIS_REPLY_STRING ?
-					  r->element[0]->str : "?");
-			ok = false;
-		}
+		else if (strcmp(commands[i], "ROLE") == 0)
+			ok = conn_role_is_master(ep, r, err);
 		freeReplyObject(r);
 	}
+	if (ok && fit_check && !policy_asked)
+		ok = conn_policy_from_info(conn, deadline, &policy, err);
+	if (ok && fit_check)
+		ok = conn_policy_check(policy, err);
+	if (policy)
+		pfree(policy);
+	if (probe)
+		pfree(probe);
 	if (!ok)
 		rw_conn_close(conn);
 	return ok;
@@ -869,6 +1060,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 			return true;
 		}
 		if (err->kind == RW_ERR_INTERRUPTED || err->kind == RW_ERR_AUTH ||
+			err->kind == RW_ERR_UNFIT || err->kind == RW_ERR_NOPERM ||
 			rw_now_ms() + CONN_SENTINEL_RETRY_MS >= deadline)
 			return false;
 		/*
@@ -1372,8 +1564,50 @@ rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err)
 }
 
 /*
+ * Whether Redis refused a command for want of a permission: NOPERM, or
+ * what Redis 7.0 answers for a command a script ran ("The user executing
+ * the script can't ...").
+ */
+static bool
+conn_is_noperm(const RwError *err)
+{
+	return err->kind == RW_ERR_NOPERM ||
+		(err->kind == RW_ERR_REPLY &&
+		 (strncmp(err->msg, "NOPERM", 6) == 0 ||
+		  strstr(err->msg, "The user executing the script can't") != NULL));
+}
+
+/* The SQLSTATE of an error: what rw_raise raises, and warnings say. */
+int
+rw_error_sqlstate(const RwError *err)
+{
+	if (conn_is_noperm(err))
+		return ERRCODE_INSUFFICIENT_PRIVILEGE;
+	switch (err->kind)
+	{
+		case RW_ERR_CONNECT:
+			return ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION;
+		case RW_ERR_AUTH:
+			return ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION;
+		case RW_ERR_LOST:
+		case RW_ERR_TIMEOUT:
+			return ERRCODE_CONNECTION_FAILURE;
+		case RW_ERR_INTERRUPTED:
+			return ERRCODE_QUERY_CANCELED;
+		case RW_ERR_UNFIT:
+			return ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+		case RW_ERR_NOPERM:
+		case RW_ERR_REPLY:
+		case RW_OK:
+			break;
+	}
+	return ERRCODE_INTERNAL_ERROR;
+}
+
+/*
  * Turn an error into an ereport: class 08 for the connection, 57014 for an
- * interrupt (served here), XX000 for an error reply.
+ * interrupt (served here), 55000 for a Redis unfit to serve locks, 42501
+ * for a permission Redis refused, XX000 for another error reply.
  */
 void
 rw_raise(RwConn *conn, const RwError *err)
@@ -1386,8 +1620,23 @@ rw_raise(RwConn *conn, const RwError *err)
 	char	   *logged = rw_may_see_url() ? NULL :
 		psprintf("%s (Redis at %s)", err->msg, conn->node->ep.display);
 
+	if (conn_is_noperm(err))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s refused a command to rwlock's Redis user for want of a permission", where),
+				 errdetail("%s", err->msg),
+				 logged ? errdetail_log("%s", logged) : 0,
+				 errhint("The Redis user needs the lock scripts, the lock keys and the lock channels: see \"What a Redis serving locks must be\" in rwlock's README.")));
 	switch (err->kind)
 	{
+		case RW_ERR_UNFIT:
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("%s is not fit to serve locks", where),
+					 errdetail("%s", err->msg),
+					 logged ? errdetail_log("%s", logged) : 0,
+					 errhint("Run a Redis that serves locks with maxmemory-policy noeviction.")));
+			break;
 		case RW_ERR_CONNECT:
 			ereport(ERROR,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
@@ -1425,6 +1674,7 @@ rw_raise(RwConn *conn, const RwError *err)
 					 errmsg("canceling statement due to user request"),
 					 errdetail("A Redis command was interrupted; its connection was closed.")));
 			break;
+		case RW_ERR_NOPERM:		/* raised above */
 		case RW_ERR_REPLY:
 		case RW_OK:
 			ereport(ERROR,

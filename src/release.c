@@ -256,7 +256,9 @@ rw_note_release_failed(const char *name, const RwError *err)
 		snprintf(detail, sizeof(detail),
 				 "%.*s. The release is sent again before this session takes the lock again; if Redis stays out of reach, the lease frees the lock.",
 				 len, err->msg);
-	rw_note_warning(err->kind == RW_ERR_REPLY ? ERRCODE_INTERNAL_ERROR :
+	/* A refusal says what it was (42501, 55000, XX000); the rest is 08. */
+	rw_note_warning(err->kind == RW_ERR_REPLY || err->kind == RW_ERR_UNFIT ||
+					err->kind == RW_ERR_NOPERM ? rw_error_sqlstate(err) :
 					ERRCODE_CONNECTION_FAILURE, msg, detail);
 }
 

@@ -222,6 +222,10 @@ typedef enum RwErrKind
 	RW_ERR_TIMEOUT,				/* rwlock.command_timeout ran out */
 	RW_ERR_INTERRUPTED,			/* cancel or terminate cut the wait short */
 	RW_ERR_REPLY,				/* Redis answered with an error or nonsense */
+	RW_ERR_UNFIT,				/* at connect: a Redis unfit to serve locks
+								 * (an evicting maxmemory-policy) */
+	RW_ERR_NOPERM,				/* at connect: the Redis user lacks a
+								 * permission locks need (lock channels) */
 } RwErrKind;
 
 typedef struct RwError
@@ -302,6 +306,7 @@ extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
 extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
+extern int	rw_error_sqlstate(const RwError *err);
 
 
 /* ---- tls.c ---- */

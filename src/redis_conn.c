@@ -1577,12 +1577,25 @@ conn_is_noperm(const RwError *err)
 		  strstr(err->msg, "The user executing the script can't") != NULL));
 }
 
+/*
+ * Whether the scripts refused keys written by a client of another protocol
+ * version (the scripts' RWLOCK_VERSION error).
+ */
+static bool
+conn_is_version_clash(const RwError *err)
+{
+	return err->kind == RW_ERR_REPLY &&
+		strncmp(err->msg, "RWLOCK_VERSION ", 15) == 0;
+}
+
 /* The SQLSTATE of an error: what rw_raise raises, and warnings say. */
 int
 rw_error_sqlstate(const RwError *err)
 {
 	if (conn_is_noperm(err))
 		return ERRCODE_INSUFFICIENT_PRIVILEGE;
+	if (conn_is_version_clash(err))
+		return ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
 	switch (err->kind)
 	{
 		case RW_ERR_CONNECT:
@@ -1606,8 +1619,9 @@ rw_error_sqlstate(const RwError *err)
 
 /*
  * Turn an error into an ereport: class 08 for the connection, 57014 for an
- * interrupt (served here), 55000 for a Redis unfit to serve locks, 42501
- * for a permission Redis refused, XX000 for another error reply.
+ * interrupt (served here), 55000 for a Redis unfit to serve locks or keys
+ * of another protocol version, 42501 for a permission Redis refused, XX000
+ * for another error reply.
  */
 void
 rw_raise(RwConn *conn, const RwError *err)
@@ -1627,6 +1641,14 @@ rw_raise(RwConn *conn, const RwError *err)
 				 errdetail("%s", err->msg),
 				 logged ? errdetail_log("%s", logged) : 0,
 				 errhint("The Redis user needs the lock scripts, the lock keys and the lock channels: see \"What a Redis serving locks must be\" in rwlock's README.")));
+	if (conn_is_version_clash(err))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("a Redis lock at %s was written by a client of another rwlock protocol version", where),
+				 errdetail("%s", err->msg),
+				 logged ? errdetail_log("%s", logged) : 0,
+				 errhint("Every client sharing a lock must speak the same protocol version (this server speaks %s): upgrade the other one, or let its locks expire.",
+						 RW_PROTOCOL_VERSION)));
 	switch (err->kind)
 	{
 		case RW_ERR_UNFIT:

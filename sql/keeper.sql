@@ -47,7 +47,12 @@ SELECT dblink_connect('stats_other', format('dbname=%s port=%s host=%s',
 SELECT dblink_exec('stats_other', 'SET rwlock.key_prefix = ''rwtest_keeper''');
 SELECT * FROM dblink('stats_other', 'SELECT redis_try_rlock(''st1'')') AS t(other_got_it bool);
 SELECT dblink_disconnect('stats_other');
+-- a Redis that cannot be reached: 08001, counted by class
+SET rwlock.redis_url = 'redis://127.0.0.1:1/0';
+SELECT redis_wlock('st4');
+RESET rwlock.redis_url;
 SELECT write_session, write_xact, read_session, read_xact, try_failed,
+       errors_connection, errors_permission, errors_other,
        stats_reset > now() - interval '1 minute' AS reset_recently
   FROM redis_lock_stats WHERE datname = current_database();
 SELECT redis_unlock_all();

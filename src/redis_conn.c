@@ -978,6 +978,8 @@ conn_connect_once(RwConn *conn, int64 deadline, RwError *err)
 		explicit_bzero(password, strlen(password));
 		pfree(password);
 	}
+	if (ok && conn->opens > 1)
+		rw_stat_add(RW_STAT_RECONNECTS, 1);
 	if (!ok && (err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_LOST))
 	{
 		/* A timeout here is a failure to connect, not a slow command. */
@@ -1634,6 +1636,8 @@ rw_raise(RwConn *conn, const RwError *err)
 	char	   *logged = rw_may_see_url() ? NULL :
 		psprintf("%s (Redis at %s)", err->msg, conn->node->ep.display);
 
+	if (err->kind != RW_ERR_INTERRUPTED)
+		rw_stat_error(rw_error_sqlstate(err));
 	if (conn_is_noperm(err))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

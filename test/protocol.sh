@@ -307,7 +307,12 @@ check "renew.lua with a shorter lease"   "1"          "$(run renew $V m3 300 600
 check "  lowers rm"                      "yes"        "$(r=$(hf rm); f=$(hf r:m3); [ "$r" -le "$f" ] && echo yes || echo "no rm $r r:m3 $f")"
 sleep 0.4
 check "  the writer gets in once it ran out" "[0-9]*" "$(run acquire $V m9 w 30000 0 600000)"
-run release $V m9 '' 0 600000 >/dev/null
+run release $V m9 '' 0 600000 >/dev/null; fresh
+run acquire $V m4 w 30000 0 600000 >/dev/null
+run acquire $V m4 r 30000 0 600000 >/dev/null         # a writer that also reads
+check "a writer's renewal with a shorter lease" "1"  "$(run renew $V m4 300 600000)"
+check "  lowers rm for its reader field too" "yes"   "$(r=$(hf rm); f=$(hf r:m4); [ "$r" -le "$f" ] && echo yes || echo "no rm $r r:m4 $f")"
+run release $V m4 '' 0 600000 >/dev/null
 
 # (27.6) A waiting writer's intent that lapsed (here with the queue key,
 # which lives as long as the latest intent) has lost its place: when it

@@ -497,9 +497,10 @@ wait_split_pause(void)
  * can throw in between), after which the session holds nothing and the
  * upgrade goes on as a new acquisition; an upgrade whose hold was already
  * found lost (a renewal while waiting) goes on so too. On success sets
- * *token and returns true; the caller records the grant (its lease runs from *since, when the try that got it
- * was sent), then calls rw_wait_done. When the time runs out,
- * returns false, or raises 55P03 if timeout_is_error.
+ * *token and returns true; the caller records the grant (its lease runs
+ * from *since, when the try that got it was sent), then calls
+ * rw_wait_done. When the time runs out, returns false, or raises 55P03 if
+ * timeout_is_error.
  *
  * An acquisition that fails in flight may have been granted all the same:
  * before the error is raised, the release of what it may have granted is

@@ -22,7 +22,12 @@ if h[2] == owner then
   if h[4] then
     local t = redis.call('TIME')
     local us = t[2] + 0
-    redis.call('HSET', hash, rkey, t[1] * 1000 + (us - us % 1000) / 1000 + ARGV[3])
+    local e = t[1] * 1000 + (us - us % 1000) / 1000 + ARGV[3]
+    if h[5] and h[5] + 0 > e then
+      redis.call('HSET', hash, rkey, e, 'rm', e)
+    else
+      redis.call('HSET', hash, rkey, e)
+    end
   end
   redis.call('PEXPIRE', hash, ARGV[3])
   return 1

@@ -496,10 +496,11 @@ wait_split_pause(void)
  * soon as Redis answers that the read lock being upgraded is gone (nothing
  * can throw in between), after which the session holds nothing and the
  * upgrade goes on as a new acquisition; an upgrade whose hold was already
- * found lost (a renewal while waiting) goes on so too. On success sets *token and returns true; the caller
- * records the grant (its lease runs from *since, when the try that got it
- * was sent), then calls rw_wait_done. When the time runs out,
- * returns false, or raises 55P03 if timeout_is_error.
+ * found lost (a renewal while waiting) goes on so too. On success sets
+ * *token and returns true; the caller records the grant (its lease runs
+ * from *since, when the try that got it was sent), then calls
+ * rw_wait_done. When the time runs out, returns false, or raises 55P03 if
+ * timeout_is_error.
  *
  * An acquisition that fails in flight may have been granted all the same:
  * before the error is raised, the release of what it may have granted is
@@ -567,7 +568,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			/* Recorded first; the WARNING waits for the end of the call. */
 			*lost = true;
 			held_mode = wait_state.held_mode = RW_NONE;
-			rw_note_lost(name, "Redis no longer had this session's read lock when it asked to upgrade it to the write lock: its lease ran out or Redis lost its data.");
+			rw_note_lost(name,
+						 "Redis no longer had this session's read lock when it asked to upgrade it to the write lock: its lease ran out or Redis lost its data.");
 			continue;
 		}
 		if (status == RW_UPGRADE_CONFLICT)

@@ -6,12 +6,16 @@
 #     hold shows as lost and redis_unlock returns false;
 #  2. (27.18) a reader whose wait ran out (lock_timeout) leaves no mark: the
 #     only holder, holding read and write, drops the write and takes it
-#     again at once with redis_try_wlock (no readers' turn for nobody).
+#     again at once with redis_try_wlock (no readers' turn for nobody);
+#  3. (27.7) in quorum mode, the read lock is lost only when more masters
+#     than a majority can spare lost it: one of three, the upgrade goes on;
+#     two of three, the WARNING, and the write lock taken anew.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 use RwlockTest;
+use RwlockQuorum;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -95,6 +99,38 @@ my ($out, $err);
 	sq($s, 'SELECT redis_unlock_all()');
 	$s->quit;
 	$r->quit;
+}
+
+# ------------------------------------------------------------------
+# 3. Quorum mode: a majority decides whether the read lock was lost.
+# ------------------------------------------------------------------
+{
+	my @r = quorum_start(3);
+	my $qprefix = 'tap_lrq';
+	my $max_lease = 3;
+	my $q = quorum_node('lrq', '3s', $max_lease, @r);
+	sleep $max_lease + 1.5;    # until the masters count
+	my $s = session($q);
+	sq($s, "SET statement_timeout = '5s'");    # a wait on a lost read ends
+	($out, $err) = sq($s, "SELECT redis_rlock('qu') >= 0");
+	is($out, 't', '3. read lock on the quorum') or diag $err;
+	my $owner = session_owner($s);
+	redis_cli($r[0], 'HDEL', "$qprefix:{qu}", "r:$owner", 'n', 'rm');
+	($out, $err) = sq($s, "SELECT redis_wlock('qu') > 0");
+	is($out, 't', '3. one master of three lost it: upgraded');
+	unlike($err, qr/was lost/, '3. without a WARNING') or diag $err;
+	sq($s, 'SELECT redis_unlock_all()');
+	sq($s, "SELECT redis_rlock('qu2')");
+	redis_cli($_, 'HDEL', "$qprefix:{qu2}", "r:$owner", 'n', 'rm') for @r[0 .. 1];
+	($out, $err) = sq($s, "SELECT redis_wlock('qu2') > 0");
+	is($out, 't', '3. two of three lost it: the write lock all the same');
+	like($err, qr/WARNING:  01000: Redis lock "qu2" was lost/,
+		'3. with the WARNING') or diag $err;
+	is(quorum_field($_, $qprefix, 'qu2', 'w'), $owner, "3. taken anew on master $_")
+	  for @r;
+	sq($s, 'SELECT redis_unlock_all()');
+	$s->quit;
+	$q->stop;
 }
 
 $node->stop;

@@ -2,13 +2,16 @@
 # decide, are retried soon, hold by hold, and never cost the other holds
 # their renewal:
 # a) without the keeper, a renewal refused with an error reply (OOM) is
-#    tried again at the session's next calls, and the lock stays held.
-
+#    tried again at the session's next calls, and the lock stays held;
+# c) in quorum mode, a hold a renewal cannot decide (one member down, one
+#    that lost it) does not cost the hold renewed in the same batch: it
+#    stays held, its unlock frees it on every member at once.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 use RwlockTest;
+use RwlockQuorum;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -74,4 +77,35 @@ $_->quit for ($s, $other);
 $node->stop;
 
 redis_stop($port);
+
+# ---------------------------------------------------------------------
+# c) quorum: an undecided hold does not cost the others
+# ---------------------------------------------------------------------
+my @ports = quorum_start(3);
+$node = quorum_node('qretry', '3s', 4, @ports);
+sleep 5.5;    # masters count once up for rwlock.quorum_max_lease
+$s = session($node);
+($out, $err) = sq($s, "SELECT redis_wlock('ok') > 0, redis_wlock('und') > 0");
+is($out, 't|t', 'c) two write locks taken on the quorum of three');
+# The third member loses 'und', the second goes down: 'und' has one yes and
+# one no (undecided), 'ok' two yes (renewed).
+redis_cli($ports[2], 'DEL', 'tap_qretry:{und}');
+redis_stop($ports[1]);
+($out, $err) = sq($s, "SELECT redis_renew()");
+is($out, '1', 'c) redis_renew() renews the decided hold, not the undecided one');
+$t0 = time;
+sleep 7;    # over two leases, the keeper renewing
+($out) = sq($s, "SELECT lease_state FROM redis_held_locks WHERE name = 'ok'");
+is($out, 'held', "c) 'ok' still held after two leases beside an undecided hold");
+my $pttl0 = redis_cli($ports[0], 'PTTL', 'tap_qretry:{ok}');
+cmp_ok($pttl0, '>', 0, "c) 'ok' still in Redis (PTTL $pttl0 ms on the first member)");
+($out, $err) = sq($s, "SELECT redis_unlock('ok')");
+is($out, 't', "c) unlock of 'ok': true");
+unlike($err, qr/"ok" was lost/, "c) 'ok' not reported lost");
+is(quorum_field($ports[0], 'tap_qretry', 'ok', 'w'), '',
+	"c) 'ok' released on the first member at once");
+is(quorum_field($ports[2], 'tap_qretry', 'ok', 'w'), '',
+	"c) and on the third");
+$s->quit;
+$node->stop;
 done_testing();

@@ -4,7 +4,9 @@
  *	  When and how a session renews the leases of its own holds.
  *
  * With the keeper running (keeper.c), it renews every hold it was shown,
- * and a session renews only the holds the keeper's table had no room for.
+ * and a session renews only the holds the keeper's table had no room for,
+ * and those whose renewer has been silent for a third of their lease (at
+ * most 10 s: a keeper stopped or stuck; rw_keeper_renews).
  * Without it, every rwlock call renews, in one pipelined batch per node,
  * the holds past a third of their lease; redis_renew() renews them all at
  * once. The schedule runs on the monotonic clock, so a step of the wall
@@ -128,7 +130,6 @@ int
 rw_renew_due(bool all, int *nlost)
 {
 	int64		now = rw_now_ms();
-	bool		keeper;
 	int			nrenewed = 0;
 	RwHeld	  **list;
 	RwHeld	  **due;
@@ -138,7 +139,6 @@ rw_renew_due(bool all, int *nlost)
 		*nlost = 0;
 	if (rw_holds_count() == 0 || (!all && now < renew_next_ms))
 		return 0;
-	keeper = !all && rw_keeper_running();
 	renew_next_ms = PG_INT64_MAX;
 	list = rw_holds_list(&nlist);
 	due = palloc(sizeof(RwHeld *) * (nlist + 1));
@@ -161,7 +161,7 @@ rw_renew_due(bool all, int *nlost)
 					(*nlost)++;
 				continue;
 			}
-			if (!all && ((keeper && h->slot >= 0) ||
+			if (!all && (rw_keeper_renews(h->slot, h->lease_ms) ||
 						 now < h->renewed_ms + h->lease_ms / 3 ||
 						 now < node->renew_retry_ms))
 			{

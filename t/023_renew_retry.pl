@@ -3,6 +3,10 @@
 # their renewal:
 # a) without the keeper, a renewal refused with an error reply (OOM) is
 #    tried again at the session's next calls, and the lock stays held;
+# b) with the keeper, 520 holds whose renewal always fails (their keys
+#    overwritten) and that come first in the shared table do not keep the
+#    holds behind them from being renewed, and the keeper sleeps between
+#    tries (its CPU is measured);
 # c) in quorum mode, a hold a renewal cannot decide (one member down, one
 #    that lost it) does not cost the hold renewed in the same batch: it
 #    stays held, its unlock frees it on every member at once.
@@ -76,6 +80,61 @@ like($err, qr/Redis lock "b" was lost/, 'a) with a WARNING naming it');
 $_->quit for ($s, $other);
 $node->stop;
 
+# ---------------------------------------------------------------------
+# b) keeper: holds it cannot renew do not starve the others
+# ---------------------------------------------------------------------
+$node = new_node('starve', port => $port, preload => 1, lease => '3s',
+	conf => "rwlock.max_holds = 1024\n");
+my $bad = session($node);
+my $good = session($node);
+$other = session($node);
+($out, $err) = sq($bad,
+	"SELECT count(redis_wlock('p' || i)) FROM generate_series(1, 520) i");
+is($out, '520', 'b) one session takes 520 locks (the first 520 slots)');
+($out) = sq($good,
+	"SELECT count(redis_wlock('h' || i)) FROM generate_series(1, 5) i");
+is($out, '5', 'b) another takes 5 locks after them');
+# Overwritten keys: every renewal of those 520 is an error reply (WRONGTYPE).
+my $cmds = join '', map { "SET tap_starve:{p$_} poison\n" } 1 .. 520;
+IPC::Run::run([ 'redis-cli', '-p', $port ], '<', \$cmds, '>', \my $sink);
+is(redis_cli($port, 'TYPE', 'tap_starve:{p520}'), 'string',
+	'b) the 520 locks\' keys are overwritten');
+
+sub keeper_cpu
+{
+	my $pids = $node->safe_psql('postgres',
+		"SELECT string_agg(pid::text, ' ') FROM pg_stat_activity WHERE backend_type LIKE 'rwlock%'"
+	);
+	my $ticks = 0;
+	for my $pid (split / /, $pids)
+	{
+		my $stat = eval { slurp_file("/proc/$pid/stat") } // next;
+		$stat =~ s/^.*\) //;
+		my @f = split / /, $stat;
+		$ticks += $f[11] + $f[12];    # utime, stime
+	}
+	return $ticks / 100;              # USER_HZ
+}
+my $cpu0 = keeper_cpu();
+$t0 = time;
+$got = 0;
+while (time - $t0 < 9)
+{
+	($out) = sq($other,
+		"SELECT count(*) FILTER (WHERE redis_try_wlock('h' || i)) FROM generate_series(1, 5) i");
+	$got += $out;
+	sleep 0.5;
+}
+my $cpu = (keeper_cpu() - $cpu0) / (time - $t0);
+is($got, 0, 'b) the 5 healthy holds were renewed for 3 leases: nobody else got them');
+diag sprintf('b) keeper and renewers used %.0f%% of a CPU while 520 renewals failed', 100 * $cpu);
+cmp_ok($cpu, '<', 0.1, 'b) the keeper sleeps between tries (under 10% of a CPU)');
+($out, $err) = sq($good,
+	"SELECT count(*) FILTER (WHERE redis_unlock('h' || i)) FROM generate_series(1, 5) i");
+is($out, '5', 'b) the holder unlocks all 5: true');
+is($err, '', 'b) with no warning');
+$_->quit for ($bad, $good, $other);
+$node->stop;
 redis_stop($port);
 
 # ---------------------------------------------------------------------

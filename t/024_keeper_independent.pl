@@ -1,0 +1,114 @@
+# The keeper renews each Redis server's leases independently, and sessions
+# take over soon enough when it stops:
+# a) holds on two Redis servers, lease 6 s; one server is stopped (SIGSTOP)
+#    for 10 s: the hold on the other is renewed on time all along (the least
+#    lease left, read with PTTL every 100 ms, stays near two thirds of the
+#    lease) and nobody else gets it;
+# b) the keeper's processes are stopped (SIGSTOP) for 9 s, lease 6 s: the
+#    holder, which keeps making rwlock calls, renews its own hold in time
+#    and nobody else gets it.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib $FindBin::RealBin;
+use RwlockTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $x = redis_start();
+my $y = redis_start();
+my $node = new_node('indep', port => $x, preload => 1, lease => '6s');
+note "Redis X on port $x, Y on port $y; lease 6 s";
+
+ok( defined wait_until(sub { keeper_pid($node) ne '' }, 10), 'the keeper runs');
+
+# The keeper's processes: the keeper and the workers it starts.
+sub keeper_pids
+{
+	my $pids = $node->safe_psql('postgres',
+		"SELECT string_agg(pid::text, ' ') FROM pg_stat_activity WHERE backend_type LIKE 'rwlock%'"
+	);
+	return split / /, $pids;
+}
+
+# ---------------------------------------------------------------------
+# a) one server stalls, the other's leases are renewed on time
+# ---------------------------------------------------------------------
+my $hx = session($node);
+my $hy = session($node);
+my $other = session($node);
+my ($out, $err) = sq($hx, "SELECT redis_wlock('healthy') > 0");
+is($out, 't', 'a) a write lock on X');
+sq($hy, "SET rwlock.redis_url = 'redis://127.0.0.1:$y/0'");
+($out) = sq($hy,
+	"SELECT count(redis_wlock('stalled' || i)) FROM generate_series(1, 3) i");
+is($out, '3', 'a) three write locks on Y');
+sleep 2.5;    # both renewed once, their connections open
+
+redis_sigstop($y);
+my $t0 = time;
+my $min = 1e9;
+my $got = 0;
+my $last_try = 0;
+while (time - $t0 < 10)
+{
+	my $pttl = redis_cli($x, 'PTTL', 'tap_indep:{healthy}');
+	$min = $pttl if $pttl < $min;
+	if (time - $last_try > 0.5)
+	{
+		($out) = sq($other, "SELECT redis_try_wlock('healthy')");
+		$got++ if $out eq 't';
+		$last_try = time;
+	}
+	sleep 0.1;
+}
+redis_sigcont($y);
+diag "a) Y stopped 10 s: least lease left on X's hold $min ms (lease 6000, renewed at 4000 left)";
+cmp_ok($min, '>', 2500,
+	'a) the hold on X was renewed on time while Y stalled (least lease left > 2.5 s)');
+is($got, 0, 'a) nobody else got the lock on X');
+($out, $err) = sq($hx, "SELECT redis_unlock('healthy')");
+is($out, 't', 'a) its holder unlocks it: true');
+is($err, '', 'a) with no warning');
+# Y's holds come back under renewal once Y answers again (the lease may have
+# run out while Y was stopped: Redis's clock ran on).
+sq($hy, "SELECT redis_unlock_all()");
+sq($hy, "RESET rwlock.redis_url");
+
+# ---------------------------------------------------------------------
+# b) the keeper stops; an active holder keeps its lock
+# ---------------------------------------------------------------------
+($out) = sq($hx, "SELECT redis_wlock('active') > 0");
+is($out, 't', 'b) a write lock taken');
+sleep 2.5;    # renewed by the keeper once
+my @pids = keeper_pids();
+ok(@pids >= 1, 'b) the keeper\'s processes: ' . join(' ', @pids));
+kill 'STOP', @pids;
+$t0 = time;
+$got = 0;
+$min = 1e9;
+my $calls = 0;
+while (time - $t0 < 9)
+{
+	sq($hx, "SELECT redis_try_rlock('unrelated'), redis_unlock('unrelated')");
+	$calls++;
+	my $pttl = redis_cli($x, 'PTTL', 'tap_indep:{active}');
+	$min = $pttl if $pttl < $min;
+	($out) = sq($other, "SELECT redis_try_wlock('active')");
+	$got++ if $out eq 't';
+	sleep 0.3;
+}
+kill 'CONT', @pids;
+diag "b) keeper stopped 9 s, holder made $calls calls: least lease left $min ms";
+is($got, 0, 'b) nobody else got the lock while the keeper was stopped');
+cmp_ok($min, '>', 0, 'b) the lock never left Redis');
+($out, $err) = sq($hx, "SELECT redis_unlock('active')");
+is($out, 't', 'b) its holder unlocks it: true');
+is($err, '', 'b) with no warning');
+
+$_->quit for ($hx, $hy, $other);
+$node->stop;
+redis_stop($x);
+redis_stop($y);
+done_testing();

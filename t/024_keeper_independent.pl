@@ -6,7 +6,9 @@
 #    lease) and nobody else gets it;
 # b) the keeper's processes are stopped (SIGSTOP) for 9 s, lease 6 s: the
 #    holder, which keeps making rwlock calls, renews its own hold in time
-#    and nobody else gets it.
+#    and nobody else gets it;
+# c) a renewer killed with SIGKILL: PostgreSQL restarts every backend (a
+#    crash), and the holds stay in Redis until their lease runs out.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -18,7 +20,8 @@ use Time::HiRes qw(time sleep);
 
 my $x = redis_start();
 my $y = redis_start();
-my $node = new_node('indep', port => $x, preload => 1, lease => '6s');
+my $node = new_node('indep', port => $x, preload => 1, lease => '6s',
+	conf => "restart_after_crash = on\n");
 note "Redis X on port $x, Y on port $y; lease 6 s";
 
 ok( defined wait_until(sub { keeper_pid($node) ne '' }, 10), 'the keeper runs');
@@ -107,7 +110,41 @@ cmp_ok($min, '>', 0, 'b) the lock never left Redis');
 is($out, 't', 'b) its holder unlocks it: true');
 is($err, '', 'b) with no warning');
 
-$_->quit for ($hx, $hy, $other);
+# ---------------------------------------------------------------------
+# c) a renewer killed by a signal is a crash: every backend is restarted,
+#    the holds stay in Redis until their lease runs out (README)
+# ---------------------------------------------------------------------
+($out) = sq($hx, "SELECT redis_wlock('killed') > 0");
+is($out, 't', 'c) a write lock taken');
+my $renewer;
+wait_until(
+	sub {
+		$renewer = $node->safe_psql('postgres',
+			"SELECT pid FROM pg_stat_activity WHERE backend_type = 'rwlock renewer' LIMIT 1");
+		$renewer ne '';
+	},
+	10);
+ok($renewer, "c) a renewer runs (pid $renewer)");
+my $log_offset = -s $node->logfile;
+kill 'KILL', $renewer;
+$t0 = time;
+ok( defined wait_until(
+		sub {
+			slurp_file($node->logfile, $log_offset) =~
+			  /all server processes terminated; reinitializing/;
+		},
+		10),
+	'c) PostgreSQL restarts every backend after the renewer was killed');
+ok(defined wait_until(sub { keeper_pid($node) ne '' }, 15),
+	'c) and the keeper runs again');
+my $left = redis_cli($x, 'PTTL', 'tap_indep:{killed}');
+cmp_ok($left, '>', 0, "c) the lock is still in Redis after the restart ($left ms left)");
+my $freed = wait_until(sub { redis_cli($x, 'EXISTS', 'tap_indep:{killed}') eq '0' }, 10);
+ok(defined $freed, 'c) and runs out with its lease');
+diag sprintf('c) renewer killed: the lock stayed in Redis %.1f s after the kill (lease 6 s)',
+	time - $t0);
+
+eval { $_->quit } for ($hx, $hy, $other);
 $node->stop;
 redis_stop($x);
 redis_stop($y);

@@ -494,6 +494,7 @@ typedef struct KDue
 
 static KNode *knodes = NULL;
 static int	my_renewer = -1;	/* this process: a renewer, or -1: the keeper */
+static bool cycle_had_holds = false;	/* the last keeper_cycle saw some */
 
 /*
  * Per slot, this process's retry schedule after a failed renewal: a failed
@@ -715,6 +716,7 @@ keeper_cycle(int64 *wake)
 	int			ncand = 0;
 	int			n;
 
+	cycle_had_holds = false;
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (int i = 0; i < shared->nslots; i++)
 	{
@@ -725,6 +727,7 @@ keeper_cycle(int64 *wake)
 
 		if (!s->in_use || s->lost || !keeper_mine(s))
 			continue;
+		cycle_had_holds = true;
 		if ((k = knode_find(s->url)) != NULL)
 			k->seen = now;
 		/* Wake often enough for sessions to rely on the heartbeat. */
@@ -855,8 +858,8 @@ keeper_supervise(int64 now)
 		RwSlot	   *s = &shared->slots[i];
 		int			r;
 
-		if (!s->in_use)
-			continue;
+		if (!s->in_use || s->lost)
+			continue;			/* a lost hold is never renewed */
 		if (s->renewer >= 0 &&
 			(shared->renewers[s->renewer].state == RENEWER_FREE ||
 			 strcmp(shared->renewers[s->renewer].url, s->url) != 0))
@@ -935,9 +938,9 @@ keeper_exit(int code, Datum arg)
 }
 
 /*
- * A renewer that renewed nothing for NODE_IDLE_MS leaves, if still no slot
- * points to it (checked under the lock, so that no session publishes a hold
- * for it meanwhile).
+ * A renewer that had no hold to renew for NODE_IDLE_MS leaves, if still no
+ * slot with a hold to renew points to it (checked under the lock, so that
+ * no session publishes a hold for it meanwhile).
  */
 static void
 renewer_leave_if_idle(void)
@@ -947,10 +950,12 @@ renewer_leave_if_idle(void)
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < shared->nslots && idle; i++)
-		if (shared->slots[i].in_use && shared->slots[i].renewer == my_renewer)
+		if (shared->slots[i].in_use && !shared->slots[i].lost &&
+			shared->slots[i].renewer == my_renewer)
 			idle = false;
 	if (idle)
 	{
+		keeper_orphan_slots(my_renewer);	/* lost holds: nothing to renew */
 		w->state = RENEWER_FREE;
 		w->pid = 0;
 		w->latch = NULL;
@@ -1021,7 +1026,7 @@ keeper_loop(MemoryContext cxt, pg_atomic_uint64 *heartbeat, int64 *wake)
 		now = rw_now_ms();
 		pg_atomic_write_u64(heartbeat, (uint64) now);
 
-		if (knodes != NULL)
+		if (cycle_had_holds)
 			idle_since = now;
 		else if (my_renewer >= 0 && now - idle_since > NODE_IDLE_MS)
 			renewer_leave_if_idle();

@@ -7,7 +7,9 @@
 # b) the keeper's processes are stopped (SIGSTOP) for 9 s, lease 6 s: the
 #    holder, which keeps making rwlock calls, renews its own hold in time
 #    and nobody else gets it;
-# c) a renewer killed with SIGKILL: PostgreSQL restarts every backend (a
+# c) the renewers ended by pg_terminate_backend: they go at once, the
+#    keeper starts another, and an idle holder's lock stays renewed;
+# d) a renewer killed with SIGKILL: PostgreSQL restarts every backend (a
 #    crash), and the holds stay in Redis until their lease runs out.
 use strict;
 use warnings FATAL => 'all';
@@ -111,11 +113,54 @@ is($out, 't', 'b) its holder unlocks it: true');
 is($err, '', 'b) with no warning');
 
 # ---------------------------------------------------------------------
-# c) a renewer killed by a signal is a crash: every backend is restarted,
+# c) a renewer ended by pg_terminate_backend: gone at once, another one
+#    started, and an idle holder's lock renewed all along
+# ---------------------------------------------------------------------
+($out) = sq($hx, "SELECT redis_wlock('handover') > 0");
+is($out, 't', 'c) a write lock taken; its holder stays idle');
+my $old_renewer = $node->safe_psql('postgres',
+	"SELECT string_agg(pid::text, ' ') FROM pg_stat_activity WHERE backend_type = 'rwlock renewer'");
+ok($old_renewer ne '', "c) renewers run: $old_renewer");
+$node->safe_psql('postgres',
+	"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'rwlock renewer'");
+$t0 = time;
+my $gone = wait_until(
+	sub {
+		$node->safe_psql('postgres',
+			"SELECT count(*) FROM pg_stat_activity WHERE pid IN ("
+			  . join(',', split / /, $old_renewer) . ")") eq '0';
+	},
+	5);
+ok(defined $gone && $gone < 1.5, 'c) the renewers end at once on SIGTERM');
+ok( defined wait_until(
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'rwlock renewer'") ne '0';
+		},
+		10),
+	'c) the keeper starts a renewer again');
+$got = 0;
+$min = 1e9;
+while (time - $t0 < 8)
+{
+	my $pttl = redis_cli($x, 'PTTL', 'tap_indep:{handover}');
+	$min = $pttl if $pttl < $min;
+	($out) = sq($other, "SELECT redis_try_wlock('handover')");
+	$got++ if $out eq 't';
+	sleep 0.3;
+}
+diag "c) renewers terminated: least lease left on the idle holder's lock $min ms over 8 s";
+is($got, 0, 'c) nobody else got the idle holder\'s lock');
+cmp_ok($min, '>', 1000, 'c) its lease was renewed all along');
+($out, $err) = sq($hx, "SELECT redis_unlock('handover')");
+is($out, 't', 'c) its holder unlocks it: true');
+
+# ---------------------------------------------------------------------
+# d) a renewer killed by a signal is a crash: every backend is restarted,
 #    the holds stay in Redis until their lease runs out (README)
 # ---------------------------------------------------------------------
 ($out) = sq($hx, "SELECT redis_wlock('killed') > 0");
-is($out, 't', 'c) a write lock taken');
+is($out, 't', 'd) a write lock taken');
 my $renewer;
 wait_until(
 	sub {
@@ -124,7 +169,7 @@ wait_until(
 		$renewer ne '';
 	},
 	10);
-ok($renewer, "c) a renewer runs (pid $renewer)");
+ok($renewer, "d) a renewer runs (pid $renewer)");
 my $log_offset = -s $node->logfile;
 kill 'KILL', $renewer;
 $t0 = time;
@@ -134,14 +179,14 @@ ok( defined wait_until(
 			  /all server processes terminated; reinitializing/;
 		},
 		10),
-	'c) PostgreSQL restarts every backend after the renewer was killed');
+	'd) PostgreSQL restarts every backend after the renewer was killed');
 ok(defined wait_until(sub { keeper_pid($node) ne '' }, 15),
-	'c) and the keeper runs again');
+	'd) and the keeper runs again');
 my $left = redis_cli($x, 'PTTL', 'tap_indep:{killed}');
-cmp_ok($left, '>', 0, "c) the lock is still in Redis after the restart ($left ms left)");
+cmp_ok($left, '>', 0, "d) the lock is still in Redis after the restart ($left ms left)");
 my $freed = wait_until(sub { redis_cli($x, 'EXISTS', 'tap_indep:{killed}') eq '0' }, 10);
-ok(defined $freed, 'c) and runs out with its lease');
-diag sprintf('c) renewer killed: the lock stayed in Redis %.1f s after the kill (lease 6 s)',
+ok(defined $freed, 'd) and runs out with its lease');
+diag sprintf('d) renewer killed: the lock stayed in Redis %.1f s after the kill (lease 6 s)',
 	time - $t0);
 
 eval { $_->quit } for ($hx, $hy, $other);

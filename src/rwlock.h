@@ -20,7 +20,8 @@
  *	               warnings kept for a safe moment
  *	  route.c      which node serves a lock: the one URL, a server, a
  *	               Sentinel-monitored service, a Redis Cluster or a quorum
- *	  keeper.c     the background worker and its shared table; redis_locks
+ *	  keeper.c     the background workers (the keeper, a renewer per Redis
+ *	               server) and their shared table; redis_locks
  *	  quorum.c     quorum mode (experimental): several independent masters
  *	               in rwlock.redis_url; one plain node per URL under the
  *	               logical node, acquisitions and renewals sent to all of
@@ -516,7 +517,7 @@ extern bool rw_stats_reset(void);
 
 /* ---- keeper.c ---- */
 extern void rw_keeper_init(void);
-extern bool rw_keeper_running(void);
+extern bool rw_keeper_renews(int slot, int lease_ms);
 extern int	rw_keeper_publish(int slot, const char *name, const char *url,
 							  const char *key, const char *owner, int64 token,
 							  TimestampTz acquired, int64 renewed_ms,

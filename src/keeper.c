@@ -645,6 +645,8 @@ rw_keeper_main(Datum arg)
 			next = keeper_cycle();
 			MemoryContextSwitchTo(old);
 		}
+		/* What the renewals' answers gave to log (rw_log_later). */
+		rw_logs_flush();
 		pg_atomic_write_u64(&shared->heartbeat, (uint64) rw_now_ms());
 
 		ms = (long) Min(next - rw_now_ms(), KEEPER_MAX_SLEEP_MS);

@@ -278,6 +278,67 @@ rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms)
 }
 
 /* ---------------------------------------------------------------------
+ * Log lines kept for a safe moment
+ *
+ * elog(LOG) may throw: errfinish serves a pending cancel or terminate. So
+ * nothing between a Redis answer and the record of it logs directly (a
+ * grant read and not recorded would be a lock held by nobody for a lease;
+ * in a quorum, replies left unread on kept connections would be read later
+ * as another command's). Those places keep the line here; rw_logs_flush
+ * (the session's notes, holds.c, and the keeper's loop) writes it out.
+ * Bounded: lines beyond RW_LOGS_MAX are counted, not kept.
+ * --------------------------------------------------------------------- */
+
+#define RW_LOGS_MAX 32
+
+static char *logs_kept[RW_LOGS_MAX];
+static int	logs_nkept = 0;
+static int	logs_dropped = 0;
+
+void
+rw_log_later(const char *fmt,...)
+{
+	char		buf[512];
+	va_list		ap;
+	char	   *copy;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	copy = logs_nkept < RW_LOGS_MAX ?
+		MemoryContextAllocExtended(TopMemoryContext, strlen(buf) + 1,
+								   MCXT_ALLOC_NO_OOM) : NULL;
+	if (copy == NULL)
+	{
+		logs_dropped++;
+		return;
+	}
+	strcpy(copy, buf);
+	logs_kept[logs_nkept++] = copy;
+}
+
+/* Write out the kept lines, oldest first. Only where a throw harms nothing. */
+void
+rw_logs_flush(void)
+{
+	int			dropped = logs_dropped;
+
+	logs_dropped = 0;
+	for (int i = 0; i < logs_nkept; i++)
+	{
+		char	   *line = logs_kept[i];
+
+		/* Taken off the list first: a throw below must not log it twice. */
+		logs_kept[i] = NULL;
+		elog(LOG, "%s", line);
+		pfree(line);
+	}
+	logs_nkept = 0;
+	if (dropped > 0)
+		elog(LOG, "rwlock: %d more such lines were not kept", dropped);
+}
+
+/* ---------------------------------------------------------------------
  * Replies owed to tagged commands
  * --------------------------------------------------------------------- */
 

@@ -299,6 +299,8 @@ extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
 extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
+extern void rw_log_later(const char *fmt,...) pg_attribute_printf(1, 2);
+extern void rw_logs_flush(void);
 
 
 /* ---- tls.c ---- */

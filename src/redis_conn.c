@@ -1469,6 +1469,13 @@ rw_raise(RwConn *conn, const RwError *err)
 					 errdetail("%s", err->msg),
 					 logged ? errdetail_log("%s", logged) : 0));
 			break;
+		case RW_ERR_UNSERVED:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("%s did not serve the lock's hash slot in time", where),
+					 errdetail("%s", err->msg),
+					 logged ? errdetail_log("%s", logged) : 0));
+			break;
 		case RW_ERR_TIMEOUT:
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),

@@ -219,6 +219,10 @@ typedef enum RwErrKind
 	RW_ERR_TIMEOUT,				/* rwlock.command_timeout ran out */
 	RW_ERR_INTERRUPTED,			/* cancel or terminate cut the wait short */
 	RW_ERR_REPLY,				/* Redis answered with an error or nonsense */
+	RW_ERR_UNSERVED,			/* a cluster's redirections (TRYAGAIN,
+								 * CLUSTERDOWN, MOVED) outlasted
+								 * rwlock.command_timeout: the command did
+								 * not run */
 } RwErrKind;
 
 typedef struct RwError

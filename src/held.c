@@ -189,16 +189,23 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		int64		tok;
 		int64		started;
 		int64		since;
+		long		timeout = is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1);
+		int64		cap;
 
 		h = rw_holds_enter(name, node);
 		held_reserve_xact();
 		want = Max(mode, rw_wanted_mode(h));
 		started = rw_now_ms();
+		/* What goes ahead of the wait ends with it too (waiting.c). */
+		cap = rw_conn_tighten(rw_wait_cap(timeout, started + timeout));
 		while (!rw_release_settle_name(node, name, &err) &&
 			   !rw_cluster_redirected(node, &err, started))
 		{
 			if (err.kind == RW_ERR_INTERRUPTED)
 				rw_raise(&node->cmd, &err);
+			/* The wait's end came: rw_wait_acquire reports it. */
+			if (timeout > 0 && rw_now_ms() >= started + timeout)
+				break;
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("could not complete an earlier release of Redis lock \"%s\"", name),
@@ -206,9 +213,9 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 					 errhint("The lock is not taken while a release of it may still be on its way.")));
 		}
 		rw_release_send_owed(node);
+		rw_conn_restore(cap);
 		if (!rw_wait_acquire(node, &h->keys, name, want, h->redis_mode,
-							 is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1),
-							 !is_try, &tok, &since))
+							 timeout, started, !is_try, &tok, &since))
 		{
 			rw_holds_sweep();
 			rw_wait_done();

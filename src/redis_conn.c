@@ -82,6 +82,17 @@ rw_call_id(void)
 }
 
 /*
+ * A waiter's next try after a try that failed (waiting.c): a new call as
+ * far as connection attempts go (a node that could not be reached is tried
+ * again, a cluster's slot map may be loaded again), under the same cap.
+ */
+void
+rw_call_again(void)
+{
+	conn_call_id++;
+}
+
+/*
  * Cap every deadline until called again with 0: COMMIT and backend exit
  * must return within a bound, whatever the settings.
  */

@@ -279,6 +279,7 @@ typedef struct RwConn
 #define RW_TAG_DISCARD ((void *) 1)
 
 extern void rw_call_begin(void);
+extern void rw_call_again(void);
 extern uint64 rw_call_id(void);
 extern bool rw_conn_drain(RwConn *conn, RwError *err);
 extern bool rw_conn_pause(long ms);
@@ -633,10 +634,11 @@ extern void rw_release_at_exit(void);
 extern void rw_note_release_failed(const char *name, const RwError *err);
 
 /* ---- waiting.c ---- */
+extern int64 rw_wait_cap(long timeout_ms, int64 deadline);
 extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 							RwMode mode, RwMode held_mode, long timeout_ms,
-							bool timeout_is_error, int64 *token,
-							int64 *since);
+							int64 started, bool timeout_is_error,
+							int64 *token, int64 *since);
 extern void rw_wait_done(void);
 extern void rw_abandon_wait(void);
 

@@ -20,7 +20,9 @@
  * Redis's answer (release.c): the commit is durable already and the release
  * is on its way before the client hears of the commit; COMMIT and exit never
  * wait on a stalled Redis beyond one rwlock.command_timeout (exit: half a
- * second), and never throw.
+ * second), and never throw. A cancel cuts COMMIT's sending short at once
+ * (SPEC 13), whatever the number of holds: the rest goes at the session's
+ * next call or at exit (held_cancelled_at_xact_end).
  *
  *-------------------------------------------------------------------------
  */
@@ -48,11 +50,15 @@ static int	cap_xact = 0;
 static bool held_initialized = false;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
-/* At the start of every SQL call: read answers that arrived, warn. */
+/*
+ * At the start of every SQL call: send the releases a cancelled commit left
+ * queued, read answers that arrived, warn.
+ */
 void
 rw_operation_begin(void)
 {
 	rw_call_begin();
+	rw_release_flush();
 	rw_release_read_answers();
 	rw_notes_flush();
 }
@@ -309,9 +315,29 @@ held_release_xact(int level)
 }
 
 /*
+ * A cancel or statement_timeout cut the sending of the releases short at
+ * transaction end (the transaction holds interrupts, so it would otherwise
+ * wait for a stalled Redis up to rwlock.command_timeout): as PostgreSQL does
+ * with a cancelled wait for synchronous replication, the cancel is taken as
+ * served, with a WARNING. What was sent stands; the rest goes at the
+ * session's next rwlock call, or when it ends, else the leases free it.
+ */
+static void
+held_cancelled_at_xact_end(bool abort)
+{
+	QueryCancelPending = false;
+	ereport(WARNING,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("canceling the release of Redis locks at transaction end due to user request"),
+			 errdetail("The transaction has %s. The releases not yet sent to Redis are sent at this session's next rwlock call, or when the session ends; until then each of those locks is left to its lease.",
+					   abort ? "been rolled back" : "committed")));
+}
+
+/*
  * At transaction or subtransaction end: release the xact holds of `level`
- * and deeper, bounded by one rwlock.command_timeout, never throwing (a
- * failure becomes a WARNING; the lease is the backstop).
+ * and deeper, bounded by one rwlock.command_timeout and cut short by a
+ * cancel, never throwing (a failure becomes a WARNING; the lease is the
+ * backstop).
  */
 static void
 held_at_xact_end(int level, bool abort)
@@ -325,6 +351,7 @@ held_at_xact_end(int level, bool abort)
 	if (!abort)
 		rw_call_begin();
 	rw_conn_limit(rw_now_ms() + rw_command_timeout_ms);
+	rw_conn_cancellable(true);
 	PG_TRY();
 	{
 		if (abort)
@@ -333,6 +360,9 @@ held_at_xact_end(int level, bool abort)
 			rw_holds_sweep();
 		}
 		held_release_xact(level);
+		rw_conn_cancellable(false);
+		if (rw_conn_cancel_cut())
+			held_cancelled_at_xact_end(abort);
 		rw_notes_flush();
 	}
 	PG_CATCH();
@@ -343,6 +373,7 @@ held_at_xact_end(int level, bool abort)
 		edata = CopyErrorData();
 		FlushErrorState();
 		rw_conn_limit(0);
+		rw_conn_cancellable(false);
 		ereport(WARNING,
 				(errcode(edata->sqlerrcode),
 				 errmsg("could not release Redis locks at transaction end: %s",

@@ -61,6 +61,8 @@
 
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
+static bool conn_cancel_cuts = false;	/* see rw_conn_cancellable */
+static bool conn_cancel_cut = false;	/* ... and a cancel cut a wait short */
 
 /*
  * A new SQL call or callback: each may try to connect to a node once. A cap
@@ -72,6 +74,7 @@ rw_call_begin(void)
 {
 	conn_call_id++;
 	conn_cap = CONN_NO_DEADLINE;
+	conn_cancel_cuts = false;
 }
 
 /* The call in progress (cluster.c keeps an ASK redirection for its rest). */
@@ -122,6 +125,27 @@ rw_conn_restore(int64 cap)
 	conn_cap = cap;
 }
 
+/*
+ * Until called again with false: a pending cancel or statement_timeout cuts
+ * waits short although the caller holds interrupts (a commit's releases,
+ * SPEC 13: a COMMIT never holds off cancel for long, however many holds it
+ * ends). The caller serves the cancel in its own way (rw_conn_cancel_cut).
+ */
+void
+rw_conn_cancellable(bool on)
+{
+	conn_cancel_cuts = on;
+	if (on)
+		conn_cancel_cut = false;
+}
+
+/* Whether a cancel cut a wait short since rw_conn_cancellable(true). */
+bool
+rw_conn_cancel_cut(void)
+{
+	return conn_cancel_cut;
+}
+
 static int64
 conn_deadline(int timeout_ms)
 {
@@ -163,6 +187,11 @@ conn_interrupt_wanted(void)
 		return false;
 	if (ProcDiePending)
 		return true;
+	if (QueryCancelPending && conn_cancel_cuts)
+	{
+		conn_cancel_cut = true;
+		return true;
+	}
 	return QueryCancelPending && InterruptHoldoffCount == 0 &&
 		QueryCancelHoldoffCount == 0 && CritSectionCount == 0;
 }
@@ -1353,11 +1382,12 @@ rw_exchange_by(RwConn *conn, int nreplies, redisReply **replies,
 }
 
 /*
- * Write out everything queued, without reading any reply; waits only while
- * the socket does not take it all. False (connection closed) on failure.
+ * Write out what is queued (see rw_flush); with keep_on_cut, a wait that a
+ * cancel cut short in a cancellable stretch (rw_conn_cancellable) leaves
+ * the rest queued, the connection open.
  */
-bool
-rw_flush(RwConn *conn, int64 deadline, RwError *err)
+static bool
+conn_flush(RwConn *conn, int64 deadline, bool keep_on_cut, RwError *err)
 {
 	bool		ok = conn_write(conn, err);
 
@@ -1367,11 +1397,41 @@ rw_flush(RwConn *conn, int64 deadline, RwError *err)
 		int			ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_WRITEABLE),
 									  deadline, false);
 
+		if (ready == -2 && keep_on_cut && conn_cancel_cuts && !ProcDiePending)
+		{
+			set_error(err, RW_ERR_INTERRUPTED,
+					  "interrupted while sending to Redis; the rest is queued");
+			return false;
+		}
 		ok = ready > 0 ? conn_write(conn, err) :
 			conn_wait_failed(conn, ready, "rwlock.command_timeout",
 							 rw_command_timeout_ms, err);
 	}
 	return ok;
+}
+
+/*
+ * Write out everything queued, without reading any reply; waits only while
+ * the socket does not take it all. False (connection closed) on failure.
+ */
+bool
+rw_flush(RwConn *conn, int64 deadline, RwError *err)
+{
+	return conn_flush(conn, deadline, false, err);
+}
+
+/*
+ * The same, for a connection on which only tagged commands are queued
+ * (release.c: their answers are read whenever they come, and those never
+ * sent are handed back empty when the connection closes): a cancel that
+ * cuts the wait in a cancellable stretch leaves the rest queued, false with
+ * err->kind RW_ERR_INTERRUPTED and the connection open; the next flush or
+ * exchange on it sends the rest.
+ */
+bool
+rw_flush_tagged(RwConn *conn, int64 deadline, RwError *err)
+{
+	return conn_flush(conn, deadline, true, err);
 }
 
 /*

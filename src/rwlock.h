@@ -281,6 +281,8 @@ typedef struct RwConn
 extern void rw_call_begin(void);
 extern void rw_call_again(void);
 extern uint64 rw_call_id(void);
+extern void rw_conn_cancellable(bool on);
+extern bool rw_conn_cancel_cut(void);
 extern bool rw_conn_drain(RwConn *conn, RwError *err);
 extern bool rw_conn_pause(long ms);
 extern void rw_conn_limit(int64 deadline);
@@ -299,6 +301,7 @@ extern void rw_append(RwConn *conn, int argc, const char **argv,
 extern bool rw_exchange(RwConn *conn, int nreplies, redisReply **replies,
 						RwError *err);
 extern bool rw_flush(RwConn *conn, int64 deadline, RwError *err);
+extern bool rw_flush_tagged(RwConn *conn, int64 deadline, RwError *err);
 extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms);

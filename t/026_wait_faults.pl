@@ -9,6 +9,10 @@
 #    stalling for longer than rwlock.command_timeout, and through Redis
 #    restarting (its tries cannot connect for a while): it gets the lock when
 #    the holder lets go, no error.
+# c) COMMIT of a transaction with 2000 _xact holds on a stalled Redis (their
+#    releases overflow the socket buffers) ends within a second of a cancel,
+#    with a WARNING, not after rwlock.command_timeout; what it had not sent
+#    goes at the session's next call, and every lock is then free.
 #
 # Where the code under test does not honour the limit, a call would hang
 # for rwlock.command_timeout (an hour here): each wait is cut off after
@@ -159,7 +163,38 @@ sub waiter_case
 waiter_case('stall', sub { redis_sigstop($port) }, sub { redis_sigcont($port) });
 waiter_case('restart', sub { redis_stop($port) }, sub { redis_start($port) });
 
-$_->quit for ($conn, $fresh, $other, $holder);
+# --- c) COMMIT with 2000 _xact holds, Redis stalled, cancelled.
+my $n = 2000;
+my $committer = patient_session();
+my $cpid = session_pid($committer);
+sq($committer, 'BEGIN');
+($out, $err) = sq($committer,
+	"SELECT count(redis_wlock_xact('c' || g)) FROM generate_series(1, $n) g");
+is($out, $n, "c) a transaction holds $n _xact locks") or diag $err;
+redis_sigstop($port);
+sq_send($committer, 'COMMIT');
+sleep 0.5;
+ok(!defined((sq_wait($committer, 0))[0]), 'c) COMMIT is sending the releases to the stalled Redis');
+$t0 = time;
+$node->safe_psql('postgres', "SELECT pg_cancel_backend($cpid)");
+($out, $err, $secs, $thawed) = wait_or_thaw($committer);
+$secs = time - $t0;
+ok(!$thawed && $secs < 1.0, 'c) COMMIT ends within 1 s of the cancel')
+  or diag sprintf('%.3f s after the cancel%s', $secs, $thawed ? ' (only once Redis was thawed)' : '');
+like($err, qr/WARNING:  57014: canceling the release of Redis locks at transaction end/,
+	'c) with a WARNING that says so');
+unlike($err, qr/ERROR/, 'c) no ERROR: the transaction committed') or diag $err;
+redis_sigcont($port);
+($out, $err) = sq($committer, "SELECT redis_wlock('c_next') > 0, redis_unlock('c_next')");
+is($out, 't|t', "c) the session's next call works after the thaw") or diag $err;
+my $free = wait_until(sub { lock_state($port, $prefix, "c$n") eq 'free' }, 5);
+ok(defined $free, 'c) the last of the releases reaches Redis after that call');
+($out) = sq($other,
+	"SELECT count(*) FILTER (WHERE redis_try_wlock('c' || g)) FROM generate_series(1, $n) g");
+is($out, $n, "c) another session takes all $n locks");
+sq($other, 'SELECT redis_unlock_all()');
+
+$_->quit for ($conn, $fresh, $other, $holder, $committer);
 $node->stop;
 redis_stop($port);
 done_testing();

@@ -327,6 +327,7 @@ rw_note_warning(int sqlstate, const char *msg, const char *detail)
 void
 rw_notes_flush(void)
 {
+	rw_logs_flush();
 	while (notes_head != NULL)
 	{
 		RwNote	   *note = notes_head;

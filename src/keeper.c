@@ -1023,6 +1023,8 @@ keeper_loop(MemoryContext cxt, pg_atomic_uint64 *heartbeat, int64 *wake)
 			next = keeper_cycle(wake);
 			MemoryContextSwitchTo(old);
 		}
+		/* What the renewals' answers gave to log (rw_log_later). */
+		rw_logs_flush();
 		now = rw_now_ms();
 		pg_atomic_write_u64(heartbeat, (uint64) now);
 

@@ -61,6 +61,8 @@
 
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
+static bool conn_cancel_cuts = false;	/* see rw_conn_cancellable */
+static bool conn_cancel_cut = false;	/* ... and a cancel cut a wait short */
 
 /*
  * A new SQL call or callback: each may try to connect to a node once. A cap
@@ -72,6 +74,7 @@ rw_call_begin(void)
 {
 	conn_call_id++;
 	conn_cap = CONN_NO_DEADLINE;
+	conn_cancel_cuts = false;
 }
 
 /* The call in progress (cluster.c keeps an ASK redirection for its rest). */
@@ -79,6 +82,17 @@ uint64
 rw_call_id(void)
 {
 	return conn_call_id;
+}
+
+/*
+ * A waiter's next try after a try that failed (waiting.c): a new call as
+ * far as connection attempts go (a node that could not be reached is tried
+ * again, a cluster's slot map may be loaded again), under the same cap.
+ */
+void
+rw_call_again(void)
+{
+	conn_call_id++;
 }
 
 /*
@@ -109,6 +123,27 @@ void
 rw_conn_restore(int64 cap)
 {
 	conn_cap = cap;
+}
+
+/*
+ * Until called again with false: a pending cancel or statement_timeout cuts
+ * waits short although the caller holds interrupts (a commit's releases,
+ * SPEC 13: a COMMIT never holds off cancel for long, however many holds it
+ * ends). The caller serves the cancel in its own way (rw_conn_cancel_cut).
+ */
+void
+rw_conn_cancellable(bool on)
+{
+	conn_cancel_cuts = on;
+	if (on)
+		conn_cancel_cut = false;
+}
+
+/* Whether a cancel cut a wait short since rw_conn_cancellable(true). */
+bool
+rw_conn_cancel_cut(void)
+{
+	return conn_cancel_cut;
 }
 
 static int64
@@ -152,6 +187,11 @@ conn_interrupt_wanted(void)
 		return false;
 	if (ProcDiePending)
 		return true;
+	if (QueryCancelPending && conn_cancel_cuts)
+	{
+		conn_cancel_cut = true;
+		return true;
+	}
 	return QueryCancelPending && InterruptHoldoffCount == 0 &&
 		QueryCancelHoldoffCount == 0 && CritSectionCount == 0;
 }
@@ -278,6 +318,67 @@ rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms)
 	}
 	PG_END_TRY();
 	return ready;
+}
+
+/* ---------------------------------------------------------------------
+ * Log lines kept for a safe moment
+ *
+ * elog(LOG) may throw: errfinish serves a pending cancel or terminate. So
+ * nothing between a Redis answer and the record of it logs directly (a
+ * grant read and not recorded would be a lock held by nobody for a lease;
+ * in a quorum, replies left unread on kept connections would be read later
+ * as another command's). Those places keep the line here; rw_logs_flush
+ * (the session's notes, holds.c, and the keeper's loop) writes it out.
+ * Bounded: lines beyond RW_LOGS_MAX are counted, not kept.
+ * --------------------------------------------------------------------- */
+
+#define RW_LOGS_MAX 32
+
+static char *logs_kept[RW_LOGS_MAX];
+static int	logs_nkept = 0;
+static int	logs_dropped = 0;
+
+void
+rw_log_later(const char *fmt,...)
+{
+	char		buf[512];
+	va_list		ap;
+	char	   *copy;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	copy = logs_nkept < RW_LOGS_MAX ?
+		MemoryContextAllocExtended(TopMemoryContext, strlen(buf) + 1,
+								   MCXT_ALLOC_NO_OOM) : NULL;
+	if (copy == NULL)
+	{
+		logs_dropped++;
+		return;
+	}
+	strcpy(copy, buf);
+	logs_kept[logs_nkept++] = copy;
+}
+
+/* Write out the kept lines, oldest first. Only where a throw harms nothing. */
+void
+rw_logs_flush(void)
+{
+	int			dropped = logs_dropped;
+
+	logs_dropped = 0;
+	for (int i = 0; i < logs_nkept; i++)
+	{
+		char	   *line = logs_kept[i];
+
+		/* Taken off the list first: a throw below must not log it twice. */
+		logs_kept[i] = NULL;
+		elog(LOG, "%s", line);
+		pfree(line);
+	}
+	logs_nkept = 0;
+	if (dropped > 0)
+		elog(LOG, "rwlock: %d more such lines were not kept", dropped);
 }
 
 /* ---------------------------------------------------------------------
@@ -1478,11 +1579,12 @@ rw_exchange_by(RwConn *conn, int nreplies, redisReply **replies,
 }
 
 /*
- * Write out everything queued, without reading any reply; waits only while
- * the socket does not take it all. False (connection closed) on failure.
+ * Write out what is queued (see rw_flush); with keep_on_cut, a wait that a
+ * cancel cut short in a cancellable stretch (rw_conn_cancellable) leaves
+ * the rest queued, the connection open.
  */
-bool
-rw_flush(RwConn *conn, int64 deadline, RwError *err)
+static bool
+conn_flush(RwConn *conn, int64 deadline, bool keep_on_cut, RwError *err)
 {
 	bool		ok = conn_write(conn, err);
 
@@ -1492,11 +1594,41 @@ rw_flush(RwConn *conn, int64 deadline, RwError *err)
 		int			ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_WRITEABLE),
 									  deadline, false);
 
+		if (ready == -2 && keep_on_cut && conn_cancel_cuts && !ProcDiePending)
+		{
+			set_error(err, RW_ERR_INTERRUPTED,
+					  "interrupted while sending to Redis; the rest is queued");
+			return false;
+		}
 		ok = ready > 0 ? conn_write(conn, err) :
 			conn_wait_failed(conn, ready, "rwlock.command_timeout",
 							 rw_command_timeout_ms, err);
 	}
 	return ok;
+}
+
+/*
+ * Write out everything queued, without reading any reply; waits only while
+ * the socket does not take it all. False (connection closed) on failure.
+ */
+bool
+rw_flush(RwConn *conn, int64 deadline, RwError *err)
+{
+	return conn_flush(conn, deadline, false, err);
+}
+
+/*
+ * The same, for a connection on which only tagged commands are queued
+ * (release.c: their answers are read whenever they come, and those never
+ * sent are handed back empty when the connection closes): a cancel that
+ * cuts the wait in a cancellable stretch leaves the rest queued, false with
+ * err->kind RW_ERR_INTERRUPTED and the connection open; the next flush or
+ * exchange on it sends the rest.
+ */
+bool
+rw_flush_tagged(RwConn *conn, int64 deadline, RwError *err)
+{
+	return conn_flush(conn, deadline, true, err);
 }
 
 /*
@@ -1606,6 +1738,7 @@ rw_error_sqlstate(const RwError *err)
 			return ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION;
 		case RW_ERR_LOST:
 		case RW_ERR_TIMEOUT:
+		case RW_ERR_UNSERVED:
 			return ERRCODE_CONNECTION_FAILURE;
 		case RW_ERR_INTERRUPTED:
 			return ERRCODE_QUERY_CANCELED;
@@ -1683,6 +1816,13 @@ rw_raise(RwConn *conn, const RwError *err)
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("lost connection to %s", where),
+					 errdetail("%s", err->msg),
+					 logged ? errdetail_log("%s", logged) : 0));
+			break;
+		case RW_ERR_UNSERVED:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("%s did not serve the lock's hash slot in time", where),
 					 errdetail("%s", err->msg),
 					 logged ? errdetail_log("%s", logged) : 0));
 			break;

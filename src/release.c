@@ -497,9 +497,27 @@ rw_release_later(RwNode *node, const char *name, const RwKeys *keys,
 }
 
 /*
+ * Send what was queued on one connection. A cancel that cut it short at
+ * transaction end (rw_conn_cancellable) leaves the rest queued, for the
+ * next flush.
+ */
+static void
+release_flush_conn(RwConn *conn)
+{
+	RwError		err;
+
+	if (conn->ctx != NULL &&
+		!rw_flush_tagged(conn, rw_now_ms() + rw_command_timeout_ms, &err) &&
+		conn->ctx != NULL)
+		release_unflushed = true;
+}
+
+/*
  * Send what rw_release_later queued. A connection that fails here is
  * closed, and its records become unsent: they are sent again before their
- * names are taken again, or at exit. Never throws.
+ * names are taken again, or at exit. What a cancel left queued at
+ * transaction end goes out with the next flush: at the start of the
+ * session's next call (held.c), or at exit. Never throws.
  */
 void
 rw_release_flush(void)
@@ -509,13 +527,9 @@ rw_release_flush(void)
 	release_unflushed = false;
 	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
 	{
-		RwError		err;
-
-		if (node->cmd.ctx != NULL)
-			(void) rw_flush(&node->cmd, rw_now_ms() + rw_command_timeout_ms, &err);
+		release_flush_conn(&node->cmd);
 		for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
-			if (m->cmd.ctx != NULL)
-				(void) rw_flush(&m->cmd, rw_now_ms() + rw_command_timeout_ms, &err);
+			release_flush_conn(&m->cmd);
 	}
 }
 

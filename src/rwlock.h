@@ -227,6 +227,10 @@ typedef enum RwErrKind
 								 * (an evicting maxmemory-policy) */
 	RW_ERR_NOPERM,				/* at connect: the Redis user lacks a
 								 * permission locks need (lock channels) */
+	RW_ERR_UNSERVED,			/* a cluster's redirections (TRYAGAIN,
+								 * CLUSTERDOWN, MOVED) outlasted
+								 * rwlock.command_timeout: the command did
+								 * not run */
 } RwErrKind;
 
 typedef struct RwError
@@ -283,7 +287,10 @@ typedef struct RwConn
 #define RW_TAG_DISCARD ((void *) 1)
 
 extern void rw_call_begin(void);
+extern void rw_call_again(void);
 extern uint64 rw_call_id(void);
+extern void rw_conn_cancellable(bool on);
+extern bool rw_conn_cancel_cut(void);
 extern bool rw_conn_drain(RwConn *conn, RwError *err);
 extern bool rw_conn_pause(long ms);
 extern void rw_conn_limit(int64 deadline);
@@ -302,12 +309,15 @@ extern void rw_append(RwConn *conn, int argc, const char **argv,
 extern bool rw_exchange(RwConn *conn, int nreplies, redisReply **replies,
 						RwError *err);
 extern bool rw_flush(RwConn *conn, int64 deadline, RwError *err);
+extern bool rw_flush_tagged(RwConn *conn, int64 deadline, RwError *err);
 extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
 extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
 extern int	rw_error_sqlstate(const RwError *err);
+extern void rw_log_later(const char *fmt,...) pg_attribute_printf(1, 2);
+extern void rw_logs_flush(void);
 
 
 /* ---- tls.c ---- */
@@ -681,10 +691,11 @@ extern void rw_release_at_exit(void);
 extern void rw_note_release_failed(const char *name, const RwError *err);
 
 /* ---- waiting.c ---- */
+extern int64 rw_wait_cap(long timeout_ms, int64 deadline);
 extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 							RwMode mode, RwMode held_mode, long timeout_ms,
-							bool timeout_is_error, int64 *token,
-							int64 *since, bool *lost);
+							int64 started, bool timeout_is_error,
+							int64 *token, int64 *since, bool *lost);
 extern void rw_wait_done(void);
 extern void rw_abandon_wait(void);
 

@@ -317,15 +317,19 @@ rw_unlock(const char *name, RwMode mode)
 
 /*
  * Release every session-level hold; returns how many holds there were.
- * The releases are sent without waiting for their answers, which later
- * operations read (a lost hold is reported then).
+ * The releases go out together, pipelined. With await (redis_unlock_all),
+ * their answers are waited for, within one rwlock.command_timeout, so that
+ * a hold found lost is reported by this call, as redis_unlock reports its
+ * own; without (DISCARD ALL, which a pooler runs between clients), later
+ * operations read them.
  */
 int
-rw_unlock_all(void)
+rw_unlock_all(bool await)
 {
 	RwHeld	  **list;
 	int			n,
 				holds = 0;
+	RwError		err = {RW_OK};
 
 	rw_operation_begin();
 	list = rw_holds_list(&n);
@@ -342,7 +346,12 @@ rw_unlock_all(void)
 	}
 	pfree(list);
 	rw_release_flush();
+	if (await)
+		(void) rw_release_await(&err);
 	rw_operation_end();
+	/* The records are right: serve an interrupt that cut the wait short. */
+	if (err.kind == RW_ERR_INTERRUPTED)
+		CHECK_FOR_INTERRUPTS();
 	return holds;
 }
 
@@ -525,7 +534,7 @@ held_process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 	if (held_initialized && IsA(stmt, DiscardStmt) &&
 		((DiscardStmt *) stmt)->target == DISCARD_ALL)
-		(void) rw_unlock_all();
+		(void) rw_unlock_all(false);
 }
 
 /* In _PG_init: hooks that must be in place before any lock is taken. */

@@ -351,6 +351,36 @@ rw_release_read_answers(void)
 }
 
 /*
+ * Wait, within one rwlock.command_timeout in all, for the answers to the
+ * releases sent, and read them (redis_unlock_all: it reports the holds its
+ * releases found lost itself, as redis_unlock does, instead of leaving them
+ * to the next call, where they read as a warning about that call). A
+ * server that does not answer in time keeps its releases owed. False, with
+ * *err, only if an interrupt cut the wait short. Never throws.
+ */
+bool
+rw_release_await(RwError *err)
+{
+	int64		cap = rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms);
+	bool		ok = true;
+
+	err->kind = RW_OK;
+	for (RwNode *node = rw_first_node(); node != NULL && ok; node = node->next)
+	{
+		if (node->nowed == 0)
+			continue;
+		if (!rw_conn_drain(&node->cmd, err) && err->kind == RW_ERR_INTERRUPTED)
+			ok = false;
+		for (RwNode *m = rw_node_members(node); m != NULL && ok; m = m->next)
+			if (!rw_conn_drain(&m->cmd, err) && err->kind == RW_ERR_INTERRUPTED)
+				ok = false;
+	}
+	rw_conn_restore(cap);
+	rw_release_read_answers();
+	return ok;
+}
+
+/*
  * rw_release_now on every member of a quorum, all at once: the releases
  * owed for the name on each member queued ahead, then the release written
  * to all, then each answer read. held[i] as rw_release_now's for one node;

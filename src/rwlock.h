@@ -687,6 +687,7 @@ extern bool rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 extern bool rw_release_settle_member(RwNode *node, int ix, const char *name,
 									 RwError *err);
 extern void rw_release_read_answers(void);
+extern bool rw_release_await(RwError *err);
 extern void rw_release_at_exit(void);
 extern void rw_note_release_failed(const char *name, const RwError *err);
 
@@ -710,6 +711,6 @@ extern void rw_operation_end(void);
 extern bool rw_lock(const char *name, RwMode mode, RwLevel level,
 					long wait_ms, bool is_try, int64 *token);
 extern bool rw_unlock(const char *name, RwMode mode);
-extern int	rw_unlock_all(void);
+extern int	rw_unlock_all(bool await);
 
 #endif							/* RWLOCK_H */

@@ -167,7 +167,7 @@ held_release(RwHeld *h, bool later)
 
 			if (held == 0)
 			{
-				h->lost = true;
+				rw_holds_mark_lost(h);
 				rw_note_lost(h->name, NULL);
 			}
 			else if (held < 0 && err.kind != RW_ERR_INTERRUPTED)

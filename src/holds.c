@@ -235,16 +235,28 @@ rw_holds_unpublish(RwHeld *h)
 	h->slot = -1;
 }
 
+/*
+ * Record that a hold was lost (its lease ran out, Redis lost it), counting
+ * it once. Never throws: called between Redis's answers and their records.
+ */
+void
+rw_holds_mark_lost(RwHeld *h)
+{
+	if (!h->lost)
+		rw_stat_add(RW_STAT_HOLDS_LOST, 1);
+	h->lost = true;
+}
+
 /* What the keeper learnt: renewals, and whether the hold was lost. */
 void
 rw_holds_refresh(RwHeld *h)
 {
 	if (h->slot >= 0 && rw_keeper_state(h->slot, &h->renewed_ms))
-		h->lost = true;
+		rw_holds_mark_lost(h);
 	/* Unrenewed past its lease (its server unreachable): Redis dropped it. */
 	if (h->redis_mode != RW_NONE && !h->lost &&
 		rw_now_ms() >= h->renewed_ms + h->lease_ms)
-		h->lost = true;
+		rw_holds_mark_lost(h);
 }
 
 /* Rows of redis_held_locks: one per (name, level, mode) with holds. */

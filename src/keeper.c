@@ -690,9 +690,15 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 		{
 			pg_atomic_write_u64(&s->renewed, (uint64) sent);
 			retry_gen[work[i].slot] = 0;
+			rw_stat_add(RW_STAT_RENEWALS, 1);
 		}
-		else if (held[i] == 0)
+		else if (held[i] == 0 && !s->lost)
+		{
+			/* Logged once a hold, after the lock is let go (never throws). */
 			s->lost = true;
+			rw_log_later("rwlock keeper found Redis lock \"%s\" of process %d lost at %s: its lease ran out or Redis lost its data",
+						 s->name, s->pid, k->node.ep.display);
+		}
 		else					/* an error reply (logged), or undecided */
 			retry = Min(retry, keeper_retry_later(&work[i], now));
 	}
@@ -977,6 +983,7 @@ keeper_begin(const char *appname)
 	/* No database: only to show in pg_stat_activity, with wait events. */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname(appname);
+	rw_stats_attach();			/* no database: the row of database 0 */
 
 	if (shared == NULL)
 		elog(FATAL, "rwlock keeper started without its shared memory");

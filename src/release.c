@@ -296,7 +296,7 @@ release_answered(RwOwed *rec, redisReply *reply)
 
 		/* A downgrade that found the lock gone: the read hold left is lost. */
 		if (rec->keep == RW_KEEP_READ && h != NULL && h->node == rec->node)
-			h->lost = true;
+			rw_holds_mark_lost(h);
 		rw_note_lost(rec->name,
 					 "Its release found that its lease had run out or Redis had lost its data.");
 	}

@@ -89,11 +89,12 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 			h->renewed_ms = sent;
 			rw_keeper_renewed(h->slot, sent, false);
 			rw_renew_scheduled(sent, h->lease_ms);
+			rw_stat_add(RW_STAT_RENEWALS, 1);
 			nrenewed++;
 		}
 		else if (held[i] == 0)
 		{
-			h->lost = true;
+			rw_holds_mark_lost(h);
 			rw_keeper_renewed(h->slot, sent, true);
 			if (all)
 				rw_note_lost(h->name, NULL);

@@ -653,6 +653,7 @@ typedef struct RwHeldRow
 extern RwHeld *rw_holds_find(const char *name);
 extern RwHeld *rw_holds_enter(const char *name, RwNode *node);
 extern void rw_holds_reserve(RwHeld *h);
+extern void rw_holds_mark_lost(RwHeld *h);
 extern void rw_holds_forget(RwHeld *h);
 extern void rw_holds_sweep(void);
 extern int	rw_holds_count(void);

@@ -671,6 +671,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		if (status == RW_READ_LOST)
 		{
 			/* Recorded first; the WARNING waits for the end of the call. */
+			if (!*lost)
+				rw_stat_add(RW_STAT_HOLDS_LOST, 1);
 			*lost = true;
 			held_mode = wait_state.held_mode = RW_NONE;
 			rw_note_lost(name,

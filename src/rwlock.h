@@ -43,6 +43,8 @@
  *	               redis_conn.c calls when it connects to such a node
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
  *	               latch, deadlines, interrupts
+ *	  resolve.c    host names looked up without blocking (getaddrinfo_a)
+ *	  errors.c     what a failure means in SQLSTATEs; rw_raise
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
  *	               reads and writes, what a failure means
  *	  guc.c        the rwlock.* settings; settings refused when the library
@@ -314,11 +316,23 @@ extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
-extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
-extern int	rw_error_sqlstate(const RwError *err);
 extern void rw_log_later(const char *fmt,...) pg_attribute_printf(1, 2);
 extern void rw_logs_flush(void);
 
+/* ---- resolve.c ---- */
+struct gaicb;
+struct addrinfo;
+extern bool rw_resolve_start(const char *host, const char *port,
+							 struct addrinfo **res, struct gaicb **req,
+							 RwError *err);
+extern int	rw_resolve_poll(struct gaicb *req, struct addrinfo **res,
+							RwError *err);
+extern void rw_resolve_abandon(struct gaicb *req);
+
+/* ---- errors.c ---- */
+extern void rw_error_set(RwError *err, RwErrKind kind, const char *fmt,...) pg_attribute_printf(3, 4);
+extern int	rw_error_sqlstate(const RwError *err);
+extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
 
 /* ---- tls.c ---- */
 typedef struct RwTls RwTls;

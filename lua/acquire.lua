@@ -9,15 +9,18 @@
 -- ARGV[4]  lease, ms
 -- ARGV[5]  how long a waiting caller's mark lasts, ms; "0" when the caller
 --          will not wait. A waiting writer's mark is its place in KEYS[2]
---          (its intent, field i:<owner>); a waiting reader's raises field
---          rw, which gives readers a turn (rt) when the writer they wait for
---          leaves.
+--          with its intent, field i:<owner>; a waiting reader's is field
+--          m:<owner>, and raises field rw, which gives readers a turn (rt)
+--          when the writer they wait for leaves. release.lua "q" takes
+--          either back.
 -- ARGV[6]  keep, ms: the last write token outlives the lock by keep at least
 -- ARGV[7]  optional: "r" when the caller holds the read lock (an upgrade),
 --          "-" when it holds nothing of the lock: a reader field of its own
 --          that Redis still has is then left over from a release Redis lost
 --          (a failover) and is dropped, never taken for an upgrade. Absent:
---          the reader field decides, as before.
+--          the reader field decides, as before. With "r" and "w", a reader
+--          field of the caller's that is gone or lapsed is a read lock lost
+--          (lease, eviction, restart): the answer is "" and nothing changes.
 --
 -- Returns an integer token >= 0 when granted (a read grant returns the last
 -- write token, 0 if none is kept); an integer -ms <= -1 when busy, ms being
@@ -25,7 +28,9 @@
 -- lets it proceed tells it sooner: a reader on <KEYS[1]>:c, a writer on
 -- <KEYS[1]>:c:<owner>); a string, `other`, when
 -- the caller holds a read lock and wants the write lock while `other`, also a
--- reader, waits to do the same: one of them must give up. Never publishes.
+-- reader, waits to do the same: one of them must give up; the empty string
+-- when the caller upgrades (ARGV[7] "r") a read lock Redis no longer has for
+-- it: that read lock was lost. Never publishes.
 --
 -- While a writer holds the lock (field w), the hash's TTL is its lease: the
 -- writer's grant and renewal set it, nothing else may. Otherwise the hash
@@ -40,7 +45,7 @@ local hash, owner, mode = KEYS[1], ARGV[2], ARGV[3]
 local h, rkey
 if mode == 'r' then
   rkey = 'r:' .. owner
-  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', rkey, 'rm')
+  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', rkey, 'rm', 'm:' .. owner)
 else
   h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z')
 end
@@ -53,6 +58,7 @@ end
 if not h[2] and not h[6] then
   if mode ~= 'r' then
     if not h[4] then                  -- no reader either: the lock is free
+      if ARGV[7] == 'r' then return '' end   -- an upgrade: its read was lost
       local t = redis.call('TIME')
       local token = t[1] * 1000000 + t[2]
       if h[3] and h[3] + 1 > token then token = h[3] + 1 end
@@ -75,6 +81,7 @@ if not h[2] and not h[6] then
     local a
     if h[7] then                      -- a reader again: a new lease
       a = {hash, rkey, e}
+      if h[8] and h[8] + 0 > e then a[4] = 'rm'; a[5] = e end   -- a shorter one
     elseif h[4] then                  -- rm: no reader's lease ends before it
       a = {hash, rkey, e, 'n', h[4] + 1}
       if not h[8] or h[8] + 0 > e then a[6] = 'rm'; a[7] = e end
@@ -84,15 +91,16 @@ if not h[2] and not h[6] then
     if x then a[#a + 1] = 'x'; a[#a + 1] = x end
     redis.call('HSET', unpack(a))
     if x then redis.call('PEXPIRE', hash, x - now) end
+    if h[9] then redis.call('HDEL', hash, 'm:' .. owner) end   -- it waited: in now
     return h[3] and h[3] + 0 or 0
   end
 end
 
 -- The general path: a writer holds; writers waiting, readers waiting or in
 -- their turn; readers in the way of a writer; an upgrade.
-local queue, ikey = KEYS[2], 'i:' .. owner
+local queue, ikey, mkey = KEYS[2], 'i:' .. owner, 'm:' .. owner
 rkey = rkey or 'r:' .. owner
-local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey)
+local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey, mkey)
 local t = redis.call('TIME')
 local sec, us = tonumber(t[1]), tonumber(t[2])
 local now = sec * 1000 + math.floor(us / 1000)
@@ -101,6 +109,15 @@ local writer = h[2]                               -- present: it holds
 local n, rm, x, z = tonumber(h[4] or 0), tonumber(g[1] or 0), tonumber(h[5] or 0), h[6]
 local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
 local myread, myintent = tonumber(g[7] or 0), g[6] and tonumber(g[6])
+
+-- An upgrade (ARGV[7] "r") whose reader field is gone or lapsed: the read
+-- lock was lost (its lease ran out, or Redis lost it). Said so, and nothing
+-- changes: never granted as if the read had been held throughout. The
+-- caller reports the loss and, if it still wants the lock, asks again
+-- holding nothing ("-").
+if ARGV[7] == 'r' and mode ~= 'r' and writer ~= owner and myread <= now then
+  return ''
+end
 
 -- Changes to the hash, written at the end by one HSET and one HDEL.
 local upd, ttl = {}, nil
@@ -139,8 +156,9 @@ if ARGV[7] == '-' and g[7] then
   if n == 0 then put('rm', false) end
   myread = 0
   g[7] = false
-  if upgrader == owner then upgrader = nil; put('u', false) end
 end
+-- Nor does a caller holding nothing wait to upgrade.
+if ARGV[7] == '-' and upgrader == owner then upgrader = nil; put('u', false) end
 
 -- The first waiting writer whose intent is live (those that lapsed are
 -- dropped), its intent end, and whether another writer waits behind it.
@@ -192,11 +210,18 @@ local function busy(until_ms)
   if mark > 0 then
     local e = now + mark
     if mode == 'r' then
+      put(mkey, e)                    -- its own mark, for withdrawing it
       if e > rw then rw = e; put('rw', e) end
     else
-      -- In the queue exactly when its field i:<owner> is there; a member
-      -- without it is left over (its hash expired): it goes to the back.
-      if not myintent then redis.call('ZADD', queue, sec * 1000000 + us, owner) end
+      -- Always (back) in the queue when it renews its intent. A live
+      -- intent keeps its place (NX; should the queue key alone have gone,
+      -- it is back in, last); a lapsed or absent one has lost its place:
+      -- to the back, as a newcomer.
+      if myintent and myintent > now then
+        redis.call('ZADD', queue, 'NX', sec * 1000000 + us, owner)
+      else
+        redis.call('ZADD', queue, sec * 1000000 + us, owner)
+      end
       put(ikey, e)
       if e > qe then qe = e; put('qe', e) end
       -- The queue outlives every intent in it.
@@ -225,12 +250,12 @@ if mode == 'r' then
   -- a turn at a later writer's release.
   if rw > 0 and not writer and not waiting then rw = 0; put('rw', false) end
   local e = now + lease
-  if not g[7] then
-    n = n + 1
-    put('n', n)
-    if n == 1 or e < rm then put('rm', e) end
-  end
+  if not g[7] then n = n + 1; put('n', n) end
+  -- rm: no reader's lease ends before it, the caller's new one included
+  -- (a lease can be shorter than the one it replaces).
+  if n == 1 or e < rm then put('rm', e) end
   put(rkey, e)
+  if g[8] then put(mkey, false) end           -- it waited: in now
   raise(e)
   commit()
   return tonumber(h[3] or 0)

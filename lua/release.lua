@@ -4,7 +4,8 @@
 -- ARGV[1]  protocol version ("2")
 -- ARGV[2]  owner
 -- ARGV[3]  what the owner keeps: "" nothing; "r" a read lock (a writer
---          downgrading); "q" everything: it only withdraws its writer's intent
+--          downgrading); "q" everything: it only stops waiting (withdraws
+--          its writer's intent, or its waiting reader's mark)
 -- ARGV[4]  lease of the kept read lock, ms
 -- ARGV[5]  keep, ms, as in acquire.lua
 --
@@ -59,8 +60,8 @@ end
 
 -- The general path: someone may be waiting; a downgrade; a withdrawal; a
 -- writer that also reads.
-local queue, ikey = KEYS[2], 'i:' .. owner
-local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, 'x')
+local queue, ikey, mkey = KEYS[2], 'i:' .. owner, 'm:' .. owner
+local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, 'x', mkey)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local keep = tonumber(ARGV[5])
@@ -77,6 +78,28 @@ if g[6] then                                      -- withdraw the intent
   put(ikey, false)
   if upgrader == owner then upgrader = nil; put('u', false) end
   changed = true
+end
+if g[8] then
+  -- A waiting reader's mark, taken back: readers are owed a turn only while
+  -- one still waits. rw is the latest mark; if this was it, rw becomes the
+  -- latest of the other live marks (none: no reader waits).
+  put(mkey, false)
+  if rw > 0 and tonumber(g[8]) >= rw then
+    local all, top = redis.call('HGETALL', hash), 0
+    for i = 1, #all, 2 do
+      local k = all[i]
+      if string.sub(k, 1, 2) == 'm:' and k ~= mkey then
+        local e = tonumber(all[i + 1])
+        if e > now then
+          if e > top then top = e end
+        else
+          put(k, false)                           -- lapsed: nobody waits there
+        end
+      end
+    end
+    rw = top
+    put('rw', rw > 0 and rw)
+  end
 end
 local readers_wait = rw > now
 if keeps == 'q' then

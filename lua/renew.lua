@@ -11,7 +11,7 @@
 local hash, owner = KEYS[1], ARGV[2]
 local rkey = 'r:' .. owner
 
-local h = redis.call('HMGET', hash, 'v', 'w', 'x', rkey)
+local h = redis.call('HMGET', hash, 'v', 'w', 'x', rkey, 'rm')
 if h[1] and h[1] ~= ARGV[1] then
   return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. ARGV[1])
@@ -22,7 +22,12 @@ if h[2] == owner then
   if h[4] then
     local t = redis.call('TIME')
     local us = t[2] + 0
-    redis.call('HSET', hash, rkey, t[1] * 1000 + (us - us % 1000) / 1000 + ARGV[3])
+    local e = t[1] * 1000 + (us - us % 1000) / 1000 + ARGV[3]
+    if h[5] and h[5] + 0 > e then
+      redis.call('HSET', hash, rkey, e, 'rm', e)
+    else
+      redis.call('HSET', hash, rkey, e)
+    end
   end
   redis.call('PEXPIRE', hash, ARGV[3])
   return 1
@@ -34,11 +39,15 @@ local now = t[1] * 1000 + (us - us % 1000) / 1000
 if h[4] + 0 <= now then return 0 end
 local e = now + ARGV[3]
 -- A reader. The hash lives at least keep past every lease in it: until x.
+-- rm (no reader's lease ends before it) comes down to a shorter new lease.
+local a = {hash, rkey, e}
+if h[5] and h[5] + 0 > e then a[4] = 'rm'; a[5] = e end
 if h[3] and h[3] - ARGV[4] >= e then
-  redis.call('HSET', hash, rkey, e)
+  redis.call('HSET', unpack(a))
 else
   local x = e + 2 * ARGV[4]
-  redis.call('HSET', hash, rkey, e, 'x', x)
+  a[#a + 1] = 'x'; a[#a + 1] = x
+  redis.call('HSET', unpack(a))
   redis.call('PEXPIRE', hash, x - now)
 end
 return 1

@@ -29,3 +29,35 @@ SELECT name FROM redis_locks WHERE pid = pg_backend_pid() ORDER BY name;
 SELECT redis_unlock_all();
 SELECT redis_renew();
 SELECT count(*) FROM redis_locks WHERE pid = pg_backend_pid();
+
+-- statistics per database (redis_lock_stats), reset first
+SELECT redis_lock_stats_reset();
+SELECT write_session, write_xact, read_session, read_xact, try_failed
+  FROM redis_lock_stats WHERE datname = current_database();
+SELECT redis_wlock('st1') > 0, redis_wlock('st1') > 0, redis_rlock('st2') >= 0;
+BEGIN;
+SELECT redis_wlock_xact('st3') > 0, redis_rlock_xact('st3') > 0;
+COMMIT;
+SELECT redis_try_wlock('st1') AS stacked_try;  -- held by us: granted, stacked
+-- another session's try of what we hold: false, counted
+CREATE EXTENSION IF NOT EXISTS dblink;
+SELECT dblink_connect('stats_other', format('dbname=%s port=%s host=%s',
+         current_database(), current_setting('port'),
+         split_part(current_setting('unix_socket_directories'), ',', 1)));
+SELECT dblink_exec('stats_other', 'SET rwlock.key_prefix = ''rwtest_keeper''');
+SELECT * FROM dblink('stats_other', 'SELECT redis_try_rlock(''st1'')') AS t(other_got_it bool);
+SELECT dblink_disconnect('stats_other');
+-- a Redis that cannot be reached: 08001, counted by class
+SET rwlock.redis_url = 'redis://127.0.0.1:1/0';
+SELECT redis_wlock('st4');
+RESET rwlock.redis_url;
+SELECT write_session, write_xact, read_session, read_xact, try_failed,
+       errors_connection, errors_permission, errors_other,
+       stats_reset > now() - interval '1 minute' AS reset_recently
+  FROM redis_lock_stats WHERE datname = current_database();
+SELECT redis_unlock_all();
+-- the reset function is for superusers unless granted
+SELECT has_function_privilege('public', 'redis_lock_stats_reset()', 'EXECUTE') AS public_may_reset;
+SELECT redis_lock_stats_reset();
+SELECT write_session + write_xact + read_session + read_xact AS after_reset
+  FROM redis_lock_stats WHERE datname = current_database();

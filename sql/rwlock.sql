@@ -1,6 +1,13 @@
 -- Single-session semantics of rwlock against the Redis at rwlock.redis_url
 -- (test/run.sh starts one on 127.0.0.1:6379).
 CREATE EXTENSION rwlock;
+-- No test writes under the production prefix (installcheck may run beside a
+-- live server's Redis): this database's new sessions (dblink's) default to a
+-- prefix of their own.
+DO $$ BEGIN
+  EXECUTE format('ALTER DATABASE %I SET rwlock.key_prefix = %L',
+                 current_database(), 'rwregress');
+END $$;
 SET rwlock.key_prefix = 'rwtest';
 
 -- write, stacked read, held view
@@ -63,6 +70,8 @@ SELECT redis_unlock(E'br{ace}s\nnewline é');
 SET rwlock.redis_url = 'http://x';
 SET rwlock.redis_url = 'redis+cluster://127.0.0.1:7000/1';
 SET rwlock.redis_url = 'redis+cluster:///';
+-- a refused URL is not quoted: its password would reach the client and the log
+SET rwlock.redis_url = 'redis://someone:s3cretpw@127.0.0.1:99999/0';
 SET rwlock.key_prefix = 'a{b';
 SET rwlock.lease = '1ms';
 
@@ -79,5 +88,26 @@ SELECT redis_unlock('u');
 SELECT redis_wlock('d1') > 0 AS ok, redis_rlock('d2') >= 0 AS ok, redis_wlock('d1') > 0 AS ok;
 DISCARD ALL;
 SELECT count(*) FROM redis_held_locks;
+SET rwlock.key_prefix = 'rwtest';            -- DISCARD ALL reset it too
 SELECT redis_try_wlock('d1') AS free_again, redis_try_wlock('d2') AS free_again;
 SELECT redis_unlock_all();
+
+-- statistics need shared memory: without rwlock preloaded, none are kept
+SELECT count(*) AS stats_rows FROM redis_lock_stats;
+SELECT redis_lock_stats_reset();
+
+-- unlock naming the mode (pg_advisory_unlock_shared's counterpart)
+SELECT redis_wlock('m') > 0 AS w, redis_rlock('m') > 0 AS r, redis_wlock('m') > 0 AS w2;
+SELECT redis_unlock('m', 'read');            -- the read hold, under the newer write
+SELECT mode, depth FROM redis_held_locks WHERE name = 'm' ORDER BY mode;
+SELECT redis_unlock('m', 'read');            -- none left: WARNING, false
+SELECT redis_unlock('m', 'write'), redis_unlock('m', 'write');
+SELECT count(*) FROM redis_held_locks WHERE name = 'm';
+SELECT redis_rlock('m') >= 0 AS r, redis_wlock('m') > 0 AS w;
+SELECT redis_unlock('m', 'write');           -- drops the write, keeps the read
+SELECT state FROM redis_lock_info('m');      -- Redis has only the read lock now
+SELECT redis_unlock('m', 'write');           -- WARNING, false
+SELECT redis_unlock('m', 'read');
+SELECT state FROM redis_lock_info('m');
+SELECT redis_unlock('m', 'shared');          -- 22023
+SELECT redis_unlock('m', NULL);              -- 22004

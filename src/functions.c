@@ -24,6 +24,7 @@ void
 _PG_init(void)
 {
 	rw_keeper_init();			/* first: defines rwlock.max_holds */
+	rw_stats_init();
 	rw_define_gucs();
 	rw_held_install_hooks();
 }
@@ -168,7 +169,32 @@ redis_unlock(PG_FUNCTION_ARGS)
 	char		name[RW_NAME_MAX + 1];
 
 	rw_name_arg(fcinfo, name);
-	PG_RETURN_BOOL(rw_unlock(name));
+	PG_RETURN_BOOL(rw_unlock(name, RW_NONE));
+}
+
+/*
+ * redis_unlock(name, mode): the most recent session-level hold of that mode,
+ * as pg_advisory_unlock and pg_advisory_unlock_shared each name theirs.
+ */
+PG_FUNCTION_INFO_V1(redis_unlock_mode);
+Datum
+redis_unlock_mode(PG_FUNCTION_ARGS)
+{
+	char		name[RW_NAME_MAX + 1];
+	char	   *mode;
+
+	rw_name_arg(fcinfo, name);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("Redis lock mode must not be null")));
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	if (strcmp(mode, "read") != 0 && strcmp(mode, "write") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid Redis lock mode \"%s\"", mode),
+				 errhint("The mode is 'read' or 'write'.")));
+	PG_RETURN_BOOL(rw_unlock(name, mode[0] == 'w' ? RW_WRITE : RW_READ));
 }
 
 PG_FUNCTION_INFO_V1(redis_unlock_all);
@@ -176,7 +202,7 @@ Datum
 redis_unlock_all(PG_FUNCTION_ARGS)
 {
 	rw_held_init();
-	PG_RETURN_INT32(rw_unlock_all());
+	PG_RETURN_INT32(rw_unlock_all(true));
 }
 
 PG_FUNCTION_INFO_V1(redis_held_locks);

@@ -53,6 +53,10 @@ static const struct config_enum_entry tls_verify_options[] = {
 	{NULL, 0, false}
 };
 
+/*
+ * A refused URL is never quoted: the server's own message would quote the
+ * value, password and all, to the client and the log (SPEC 9).
+ */
 static bool
 check_redis_url(char **newval, void **extra, GucSource source)
 {
@@ -60,11 +64,13 @@ check_redis_url(char **newval, void **extra, GucSource source)
 
 	if (*newval == NULL || strlen(*newval) > RW_URL_MAX)
 	{
+		GUC_check_errmsg("invalid value for parameter \"rwlock.redis_url\"");
 		GUC_check_errdetail("The URL must be at most %d bytes.", RW_URL_MAX);
 		return false;
 	}
 	if (!rw_check_url(*newval, &why))
 	{
+		GUC_check_errmsg("invalid value for parameter \"rwlock.redis_url\"");
 		GUC_check_errdetail("%s", why);
 		GUC_check_errhint("Use redis://[user[:password]@]host[:port][/db], rediss://... for TLS, unix:///path/to.sock[?db=N], redis+sentinel://host1:port1[,host2:port2...]/master-name[/db], redis+cluster://host1:port1[,host2:port2...]/, or 3, 5, ... URLs separated by spaces (quorum mode).");
 		return false;
@@ -167,6 +173,7 @@ static GucNote guc_notes[] = {
 };
 
 static bool guc_any_refused = false;
+static bool guc_loaded_at_start = false;	/* from shared_preload_libraries */
 
 /* Before the settings are defined: what the placeholders hold. */
 static void
@@ -219,6 +226,7 @@ guc_note_refusals(void)
 			n->permission = false;
 		guc_any_refused = true;
 	}
+	guc_loaded_at_start = process_shared_preload_libraries_in_progress;
 	for (int i = 0; i < lengthof(guc_notes); i++)
 	{
 		if (guc_notes[i].before)
@@ -252,6 +260,8 @@ rw_check_settings(void)
 				 n->permission ?
 				 errdetail("It was set before the library was loaded by a role that may not set it (e.g. in PGOPTIONS), and was refused when it loaded; this session would otherwise use the built-in default.") :
 				 errdetail("Its value, set before the library was loaded, is not valid and was refused when it loaded; this session would otherwise use the built-in default."),
+				 guc_loaded_at_start ?
+				 errhint("Fix the value in the server's configuration and reload it (SELECT pg_reload_conf()); the server log says why it was refused at start.") :
 				 errhint("Fix the value (ALTER DATABASE/ROLE ... SET, postgresql.conf) and reconnect; put rwlock in shared_preload_libraries to have values checked when they are set.")));
 	}
 }

@@ -20,7 +20,9 @@
  * Redis's answer (release.c): the commit is durable already and the release
  * is on its way before the client hears of the commit; COMMIT and exit never
  * wait on a stalled Redis beyond one rwlock.command_timeout (exit: half a
- * second), and never throw.
+ * second), and never throw. A cancel cuts COMMIT's sending short at once
+ * (SPEC 13), whatever the number of holds: the rest goes at the session's
+ * next call or at exit (held_cancelled_at_xact_end).
  *
  *-------------------------------------------------------------------------
  */
@@ -48,11 +50,15 @@ static int	cap_xact = 0;
 static bool held_initialized = false;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
-/* At the start of every SQL call: read answers that arrived, warn. */
+/*
+ * At the start of every SQL call: send the releases a cancelled commit left
+ * queued, read answers that arrived, warn.
+ */
 void
 rw_operation_begin(void)
 {
 	rw_call_begin();
+	rw_release_flush();
 	rw_release_read_answers();
 	rw_notes_flush();
 }
@@ -70,36 +76,59 @@ rw_operation_end(void)
 	rw_notes_flush();
 }
 
-/* Room for one more xact hold, made before Redis is asked. */
+/*
+ * Room for one more hold of h at `level`, made before Redis is asked and
+ * on every lock call, whether or not it goes to Redis: held_push, after a
+ * grant, must not allocate.
+ */
 static void
-held_reserve_xact(void)
+held_reserve(RwHeld *h, RwLevel level)
 {
+	int			cap = Max(16, cap_xact * 2);
+
+	if (level == RW_SESSION)
+	{
+		rw_holds_reserve(h);
+		return;
+	}
 	if (n_xact < cap_xact)
 		return;
-	cap_xact = Max(16, cap_xact * 2);
+	/* the capacity grows only once the allocation has succeeded */
 	xact_holds = xact_holds ?
-		repalloc(xact_holds, cap_xact * sizeof(RwXactHold)) :
-		MemoryContextAlloc(TopMemoryContext, cap_xact * sizeof(RwXactHold));
+		repalloc(xact_holds, cap * sizeof(RwXactHold)) :
+		MemoryContextAlloc(TopMemoryContext, cap * sizeof(RwXactHold));
+	cap_xact = cap;
 }
 
-/* Count one more hold; the room was reserved, so nothing can fail. */
+/*
+ * Count one more hold in the room held_reserve made. The check stays in
+ * production builds: a hold pushed past its room would overwrite memory.
+ */
 static void
 held_push(RwHeld *h, RwMode mode, RwLevel level)
 {
+	if (level == RW_SESSION ? h->stack_len >= h->stack_cap : n_xact >= cap_xact)
+		elog(ERROR, "no room was reserved for a hold of Redis lock \"%s\"",
+			 h->name);
 	h->count[level][mode]++;
 	if (level == RW_SESSION)
-	{
-		Assert(h->stack_len < h->stack_cap);
 		h->stack[h->stack_len++] = mode;
-	}
 	else
 	{
-		Assert(n_xact < cap_xact);
 		xact_holds[n_xact].held = h;
 		xact_holds[n_xact].mode = mode;
 		xact_holds[n_xact].level = GetCurrentTransactionNestLevel();
 		n_xact++;
 	}
+}
+
+/* The counter of a granted lock call. */
+static RwStat
+held_stat_of(RwMode mode, RwLevel level)
+{
+	if (mode == RW_WRITE)
+		return level == RW_SESSION ? RW_STAT_ACQ_WRITE_SESSION : RW_STAT_ACQ_WRITE_XACT;
+	return level == RW_SESSION ? RW_STAT_ACQ_READ_SESSION : RW_STAT_ACQ_READ_XACT;
 }
 
 /*
@@ -138,7 +167,7 @@ held_release(RwHeld *h, bool later)
 
 			if (held == 0)
 			{
-				h->lost = true;
+				rw_holds_mark_lost(h);
 				rw_note_lost(h->name, NULL);
 			}
 			else if (held < 0 && err.kind != RW_ERR_INTERRUPTED)
@@ -189,16 +218,23 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		int64		tok;
 		int64		started;
 		int64		since;
+		long		timeout = is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1);
+		int64		cap;
 
 		h = rw_holds_enter(name, node);
-		held_reserve_xact();
+		held_reserve(h, level);
 		want = Max(mode, rw_wanted_mode(h));
 		started = rw_now_ms();
+		/* What goes ahead of the wait ends with it too (waiting.c). */
+		cap = rw_conn_tighten(rw_wait_cap(timeout, started + timeout));
 		while (!rw_release_settle_name(node, name, &err) &&
 			   !rw_cluster_redirected(node, &err, started))
 		{
 			if (err.kind == RW_ERR_INTERRUPTED)
 				rw_raise(&node->cmd, &err);
+			/* The wait's end came: rw_wait_acquire reports it. */
+			if (timeout > 0 && rw_now_ms() >= started + timeout)
+				break;
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("could not complete an earlier release of Redis lock \"%s\"", name),
@@ -206,12 +242,13 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 					 errhint("The lock is not taken while a release of it may still be on its way.")));
 		}
 		rw_release_send_owed(node);
+		rw_conn_restore(cap);
 		if (!rw_wait_acquire(node, &h->keys, name, want, h->redis_mode,
-							 is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1),
-							 !is_try, &tok, &since))
+							 timeout, started, !is_try, &tok, &since, &h->lost))
 		{
 			rw_holds_sweep();
 			rw_wait_done();
+			rw_stat_add(RW_STAT_TRY_FAILED, 1);
 			rw_operation_end();
 			return false;
 		}
@@ -221,7 +258,10 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		/* Recorded: releases of the name that bounced are moot now. */
 		rw_release_granted(node, name);
 	}
+	else
+		held_reserve(h, level);	/* stacked: no Redis call, room all the same */
 	held_push(h, mode, level);
+	rw_stat_add(held_stat_of(mode, level), 1);
 	rw_holds_publish_modes(h);
 	*token = h->token;
 	rw_wait_done();
@@ -229,24 +269,46 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 	return true;
 }
 
-/* Release the most recent session-level hold of `name`. */
+/*
+ * The index in h's stack of the most recent session-level hold of `mode`
+ * (RW_NONE: of either mode), or -1.
+ */
+static int
+held_last_of(RwHeld *h, RwMode mode)
+{
+	for (int i = h->stack_len - 1; i >= 0; i--)
+		if (mode == RW_NONE || h->stack[i] == mode)
+			return i;
+	return -1;
+}
+
+/*
+ * Release the most recent session-level hold of `name` in `mode`, or of
+ * either mode with RW_NONE (redis_unlock(name)).
+ */
 bool
-rw_unlock(const char *name)
+rw_unlock(const char *name, RwMode mode)
 {
 	RwHeld	   *h;
-	RwMode		mode;
+	int			i;
 	bool		ok;
 
 	rw_operation_begin();
 	h = rw_holds_find(name);
-	if (h == NULL || h->stack_len == 0)
+	i = h ? held_last_of(h, mode) : -1;
+	if (i < 0)
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_WARNING),
-				 errmsg("you don't own a session-level hold of Redis lock \"%s\"", name)));
+				 mode == RW_NONE ?
+				 errmsg("you don't own a session-level hold of Redis lock \"%s\"", name) :
+				 errmsg("you don't own a session-level %s hold of Redis lock \"%s\"",
+						mode == RW_WRITE ? "write" : "read", name)));
 		return false;
 	}
-	mode = h->stack[--h->stack_len];
+	mode = h->stack[i];
+	memmove(&h->stack[i], &h->stack[i + 1], (h->stack_len - i - 1) * sizeof(RwMode));
+	h->stack_len--;
 	h->count[RW_SESSION][mode]--;
 	ok = held_release(h, false);
 	rw_operation_end();
@@ -255,15 +317,19 @@ rw_unlock(const char *name)
 
 /*
  * Release every session-level hold; returns how many holds there were.
- * The releases are sent without waiting for their answers, which later
- * operations read (a lost hold is reported then).
+ * The releases go out together, pipelined. With await (redis_unlock_all),
+ * their answers are waited for, within one rwlock.command_timeout, so that
+ * a hold found lost is reported by this call, as redis_unlock reports its
+ * own; without (DISCARD ALL, which a pooler runs between clients), later
+ * operations read them.
  */
 int
-rw_unlock_all(void)
+rw_unlock_all(bool await)
 {
 	RwHeld	  **list;
 	int			n,
 				holds = 0;
+	RwError		err = {RW_OK};
 
 	rw_operation_begin();
 	list = rw_holds_list(&n);
@@ -280,7 +346,12 @@ rw_unlock_all(void)
 	}
 	pfree(list);
 	rw_release_flush();
+	if (await)
+		(void) rw_release_await(&err);
 	rw_operation_end();
+	/* The records are right: serve an interrupt that cut the wait short. */
+	if (err.kind == RW_ERR_INTERRUPTED)
+		CHECK_FOR_INTERRUPTS();
 	return holds;
 }
 
@@ -302,9 +373,29 @@ held_release_xact(int level)
 }
 
 /*
+ * A cancel or statement_timeout cut the sending of the releases short at
+ * transaction end (the transaction holds interrupts, so it would otherwise
+ * wait for a stalled Redis up to rwlock.command_timeout): as PostgreSQL does
+ * with a cancelled wait for synchronous replication, the cancel is taken as
+ * served, with a WARNING. What was sent stands; the rest goes at the
+ * session's next rwlock call, or when it ends, else the leases free it.
+ */
+static void
+held_cancelled_at_xact_end(bool abort)
+{
+	QueryCancelPending = false;
+	ereport(WARNING,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("canceling the release of Redis locks at transaction end due to user request"),
+			 errdetail("The transaction has %s. The releases not yet sent to Redis are sent at this session's next rwlock call, or when the session ends; until then each of those locks is left to its lease.",
+					   abort ? "been rolled back" : "committed")));
+}
+
+/*
  * At transaction or subtransaction end: release the xact holds of `level`
- * and deeper, bounded by one rwlock.command_timeout, never throwing (a
- * failure becomes a WARNING; the lease is the backstop).
+ * and deeper, bounded by one rwlock.command_timeout and cut short by a
+ * cancel, never throwing (a failure becomes a WARNING; the lease is the
+ * backstop).
  */
 static void
 held_at_xact_end(int level, bool abort)
@@ -318,6 +409,7 @@ held_at_xact_end(int level, bool abort)
 	if (!abort)
 		rw_call_begin();
 	rw_conn_limit(rw_now_ms() + rw_command_timeout_ms);
+	rw_conn_cancellable(true);
 	PG_TRY();
 	{
 		if (abort)
@@ -326,6 +418,9 @@ held_at_xact_end(int level, bool abort)
 			rw_holds_sweep();
 		}
 		held_release_xact(level);
+		rw_conn_cancellable(false);
+		if (rw_conn_cancel_cut())
+			held_cancelled_at_xact_end(abort);
 		rw_notes_flush();
 	}
 	PG_CATCH();
@@ -336,6 +431,7 @@ held_at_xact_end(int level, bool abort)
 		edata = CopyErrorData();
 		FlushErrorState();
 		rw_conn_limit(0);
+		rw_conn_cancellable(false);
 		ereport(WARNING,
 				(errcode(edata->sqlerrcode),
 				 errmsg("could not release Redis locks at transaction end: %s",
@@ -438,7 +534,7 @@ held_process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 	if (held_initialized && IsA(stmt, DiscardStmt) &&
 		((DiscardStmt *) stmt)->target == DISCARD_ALL)
-		(void) rw_unlock_all();
+		(void) rw_unlock_all(false);
 }
 
 /* In _PG_init: hooks that must be in place before any lock is taken. */
@@ -455,6 +551,7 @@ rw_held_init(void)
 {
 	if (held_initialized)
 		return;
+	rw_stats_attach();
 	RegisterXactCallback(held_xact_callback, NULL);
 	RegisterSubXactCallback(held_subxact_callback, NULL);
 	before_shmem_exit(held_at_exit, (Datum) 0);

@@ -65,7 +65,7 @@ rw_holds_find(const char *name)
 /*
  * A record for a name about to be taken in Redis, made before the request
  * goes out so that nothing needs allocating once Redis has granted it: the
- * keys, and room for one more stacked hold.
+ * keys (and, by rw_holds_reserve, room for the hold).
  */
 RwHeld *
 rw_holds_enter(const char *name, RwNode *node)
@@ -102,15 +102,24 @@ rw_holds_enter(const char *name, RwNode *node)
 		PG_END_TRY();
 		node->nholds++;
 	}
-	if (h->stack_len == h->stack_cap)
-	{
-		int			cap = Max(8, h->stack_cap * 2);
-
-		h->stack = h->stack ? repalloc(h->stack, cap * sizeof(RwMode)) :
-			MemoryContextAlloc(h->cxt, cap * sizeof(RwMode));
-		h->stack_cap = cap;
-	}
 	return h;
+}
+
+/*
+ * Room for one more stacked session-level hold of h, made before any lock
+ * call that may count one, whether or not it goes to Redis.
+ */
+void
+rw_holds_reserve(RwHeld *h)
+{
+	int			cap = Max(8, h->stack_cap * 2);
+
+	if (h->stack_len < h->stack_cap)
+		return;
+	/* the capacity grows only once the allocation has succeeded */
+	h->stack = h->stack ? repalloc(h->stack, cap * sizeof(RwMode)) :
+		MemoryContextAlloc(h->cxt, cap * sizeof(RwMode));
+	h->stack_cap = cap;
 }
 
 /* Drop a record: no holds left, nothing in Redis (or released already). */
@@ -226,16 +235,28 @@ rw_holds_unpublish(RwHeld *h)
 	h->slot = -1;
 }
 
+/*
+ * Record that a hold was lost (its lease ran out, Redis lost it), counting
+ * it once. Never throws: called between Redis's answers and their records.
+ */
+void
+rw_holds_mark_lost(RwHeld *h)
+{
+	if (!h->lost)
+		rw_stat_add(RW_STAT_HOLDS_LOST, 1);
+	h->lost = true;
+}
+
 /* What the keeper learnt: renewals, and whether the hold was lost. */
 void
 rw_holds_refresh(RwHeld *h)
 {
 	if (h->slot >= 0 && rw_keeper_state(h->slot, &h->renewed_ms))
-		h->lost = true;
+		rw_holds_mark_lost(h);
 	/* Unrenewed past its lease (its server unreachable): Redis dropped it. */
 	if (h->redis_mode != RW_NONE && !h->lost &&
 		rw_now_ms() >= h->renewed_ms + h->lease_ms)
-		h->lost = true;
+		rw_holds_mark_lost(h);
 }
 
 /* Rows of redis_held_locks: one per (name, level, mode) with holds. */
@@ -318,6 +339,7 @@ rw_note_warning(int sqlstate, const char *msg, const char *detail)
 void
 rw_notes_flush(void)
 {
+	rw_logs_flush();
 	while (notes_head != NULL)
 	{
 		RwNote	   *note = notes_head;

@@ -348,3 +348,50 @@ redis_connection_info(PG_FUNCTION_ARGS)
 		introspect_emit(rsinfo, &rows[i], may_see_url);
 	return (Datum) 0;
 }
+
+/*
+ * redis_lock_stats_fn(): a row per database that counted something since
+ * the server started (stats.c), and the row of database 0 (the keeper's,
+ * and databases beyond the table's room). Times are in milliseconds, as
+ * pg_stat_database's. Empty without rwlock in shared_preload_libraries.
+ */
+PG_FUNCTION_INFO_V1(redis_lock_stats_fn);
+Datum
+redis_lock_stats_fn(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RwStatsCopy *rows;
+	int			n = rw_stats_read(&rows);
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[RW_NSTATS + 2];
+		bool		nulls[RW_NSTATS + 2] = {0};
+
+		values[0] = ObjectIdGetDatum(rows[i].dboid);
+		for (int j = 0; j < RW_NSTATS; j++)
+		{
+			if (j == RW_STAT_WAIT_MS)
+				values[1 + j] = Float8GetDatum((double) rows[i].counts[j]);
+			else
+				values[1 + j] = Int64GetDatum((int64) rows[i].counts[j]);
+		}
+		values[1 + RW_NSTATS] = TimestampTzGetDatum(rows[i].reset_at);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* redis_lock_stats_reset(): zero the current database's counters. */
+PG_FUNCTION_INFO_V1(redis_lock_stats_reset);
+Datum
+redis_lock_stats_reset(PG_FUNCTION_ARGS)
+{
+	if (!rw_stats_reset())
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("rwlock statistics are not collected"),
+				 errhint("Add rwlock to shared_preload_libraries and restart the server.")));
+	PG_RETURN_VOID();
+}

@@ -207,7 +207,8 @@ void
 rw_quorum_failed(RwNode *node, int i, const RwError *err)
 {
 	if (err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_CONNECT ||
-		err->kind == RW_ERR_AUTH)
+		err->kind == RW_ERR_AUTH || err->kind == RW_ERR_UNFIT ||
+		err->kind == RW_ERR_NOPERM)
 		node->quorum->retry_ms[i] = rw_now_ms() + RW_QUORUM_RETRY_MS;
 }
 
@@ -530,6 +531,8 @@ quorum_failure(RwNode *node, const RwVote *votes, int answered, RwError *err)
  *					token any granting member returned;
  *	  RW_UPGRADE_CONFLICT  a member has another reader waiting to upgrade
  *					(*other);
+ *	  RW_READ_LOST	an upgrade, and more members than a majority can spare
+ *					no longer have the read lock: it was lost;
  *	  RW_BUSY		no majority: *result is how long to sleep at most, ms;
  *					*split if some members granted it (votes split);
  *	  RW_ACQ_FAILED fewer members than a majority answered and count:
@@ -548,6 +551,7 @@ rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 	int64		started = rw_now_ms();
 	int			granted = 0,
 				answered = 0,
+				read_lost = 0,
 				any_granted = 0;
 	int64		token = 0,
 				sleep_ms = PG_INT64_MAX;
@@ -571,6 +575,8 @@ rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 		answered++;
 		if (v->status == RW_GRANTED)
 			granted++;
+		else if (v->status == RW_READ_LOST)
+			read_lost++;
 		else
 			sleep_ms = Min(sleep_ms, v->result);
 	}
@@ -592,6 +598,13 @@ rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 		return RW_GRANTED;
 	}
 	pfree(calls);
+
+	/*
+	 * An upgrade: too many members that count no longer have our read lock
+	 * for a majority to have it.
+	 */
+	if (read_lost > q->n - rw_quorum_majority(node))
+		return RW_READ_LOST;
 	if (answered < rw_quorum_majority(node))
 	{
 		quorum_failure(node, votes, answered, err);
@@ -616,11 +629,14 @@ quorum_renew_failed(RwNode *node, int m, const RwError *merr, RwError *err)
 
 /*
  * Renew n holds on every member of a quorum (on a plain node or a cluster:
- * rw_cluster_renew). held[i]: 1 if a majority of members renewed hold i
- * (its lease runs lease_ms[i] from when this was called), 0 if so many
- * members no longer have it that no majority can. Returns false, with
- * *err, when a hold is neither: too few members answered (its lease runs
- * out unless a later renewal finds a majority). Never throws.
+ * rw_cluster_renew). Each hold is judged on its own: held[i] is 1 if a
+ * majority of members renewed hold i (its lease runs lease_ms[i] from when
+ * this was called), 0 if so many members no longer have it that no majority
+ * can, -1 if neither (too few members answered for it: the caller tries it
+ * again; its lease runs out unless a later renewal finds a majority). One
+ * undecided hold never costs the others their result: those renewed are
+ * renewed, on the members and in the caller's records alike. Returns false,
+ * with *err, only when no hold was decided. Never throws.
  */
 bool
 rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
@@ -636,7 +652,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	int64		until;
 	int64		cap;
 	int			maj;
-	bool		decided = true;
+	bool		decided = false;
 
 	if (q == NULL)
 		return rw_cluster_renew(node, keys, owners, lease_ms, n, held, err);
@@ -686,7 +702,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	for (int i = 0; i < n; i++)
 	{
 		held[i] = yes[i] >= maj ? 1 : (q->n - no[i] < maj ? 0 : -1);
-		decided &= held[i] >= 0;
+		decided |= held[i] >= 0;
 	}
 	if (!decided && err->kind != RW_ERR_INTERRUPTED)
 	{

@@ -61,6 +61,8 @@
 
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
+static bool conn_cancel_cuts = false;	/* see rw_conn_cancellable */
+static bool conn_cancel_cut = false;	/* ... and a cancel cut a wait short */
 
 /*
  * A new SQL call or callback: each may try to connect to a node once. A cap
@@ -72,6 +74,7 @@ rw_call_begin(void)
 {
 	conn_call_id++;
 	conn_cap = CONN_NO_DEADLINE;
+	conn_cancel_cuts = false;
 }
 
 /* The call in progress (cluster.c keeps an ASK redirection for its rest). */
@@ -79,6 +82,17 @@ uint64
 rw_call_id(void)
 {
 	return conn_call_id;
+}
+
+/*
+ * A waiter's next try after a try that failed (waiting.c): a new call as
+ * far as connection attempts go (a node that could not be reached is tried
+ * again, a cluster's slot map may be loaded again), under the same cap.
+ */
+void
+rw_call_again(void)
+{
+	conn_call_id++;
 }
 
 /*
@@ -111,6 +125,27 @@ rw_conn_restore(int64 cap)
 	conn_cap = cap;
 }
 
+/*
+ * Until called again with false: a pending cancel or statement_timeout cuts
+ * waits short although the caller holds interrupts (a commit's releases,
+ * SPEC 13: a COMMIT never holds off cancel for long, however many holds it
+ * ends). The caller serves the cancel in its own way (rw_conn_cancel_cut).
+ */
+void
+rw_conn_cancellable(bool on)
+{
+	conn_cancel_cuts = on;
+	if (on)
+		conn_cancel_cut = false;
+}
+
+/* Whether a cancel cut a wait short since rw_conn_cancellable(true). */
+bool
+rw_conn_cancel_cut(void)
+{
+	return conn_cancel_cut;
+}
+
 static int64
 conn_deadline(int timeout_ms)
 {
@@ -123,20 +158,6 @@ rw_mono_to_timestamp(int64 mono_ms)
 {
 	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 									   mono_ms - rw_now_ms());
-}
-
-static void
-set_error(RwError *err, RwErrKind kind, const char *fmt,...) pg_attribute_printf(3, 4);
-
-static void
-set_error(RwError *err, RwErrKind kind, const char *fmt,...)
-{
-	va_list		ap;
-
-	err->kind = kind;
-	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-	va_end(ap);
 }
 
 /*
@@ -152,6 +173,11 @@ conn_interrupt_wanted(void)
 		return false;
 	if (ProcDiePending)
 		return true;
+	if (QueryCancelPending && conn_cancel_cuts)
+	{
+		conn_cancel_cut = true;
+		return true;
+	}
 	return QueryCancelPending && InterruptHoldoffCount == 0 &&
 		QueryCancelHoldoffCount == 0 && CritSectionCount == 0;
 }
@@ -239,18 +265,21 @@ rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms)
 	WaitEvent	ev;
 	bool		ready = false;
 
-	AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(wes, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	for (int i = 0; i < n; i++)
-	{
-		ready |= conns[i]->tls != NULL && rw_tls_pending(conns[i]->tls);
-		AddWaitEventToSet(wes, conns[i]->tls ?
-						  rw_tls_wait_events(conns[i]->tls, WL_SOCKET_READABLE) :
-						  WL_SOCKET_READABLE, conns[i]->ctx->fd, NULL, NULL);
-	}
-	/* The set's epoll descriptor must not leak when an interrupt throws. */
+	/*
+	 * The set's epoll descriptor must not leak when adding a socket fails
+	 * (epoll_ctl: ERROR) or an interrupt throws.
+	 */
 	PG_TRY();
 	{
+		AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(wes, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		for (int i = 0; i < n; i++)
+		{
+			ready |= conns[i]->tls != NULL && rw_tls_pending(conns[i]->tls);
+			AddWaitEventToSet(wes, conns[i]->tls ?
+							  rw_tls_wait_events(conns[i]->tls, WL_SOCKET_READABLE) :
+							  WL_SOCKET_READABLE, conns[i]->ctx->fd, NULL, NULL);
+		}
 		while (!ready)
 		{
 			int64		left = deadline - rw_now_ms();
@@ -275,6 +304,67 @@ rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms)
 	}
 	PG_END_TRY();
 	return ready;
+}
+
+/* ---------------------------------------------------------------------
+ * Log lines kept for a safe moment
+ *
+ * elog(LOG) may throw: errfinish serves a pending cancel or terminate. So
+ * nothing between a Redis answer and the record of it logs directly (a
+ * grant read and not recorded would be a lock held by nobody for a lease;
+ * in a quorum, replies left unread on kept connections would be read later
+ * as another command's). Those places keep the line here; rw_logs_flush
+ * (the session's notes, holds.c, and the keeper's loop) writes it out.
+ * Bounded: lines beyond RW_LOGS_MAX are counted, not kept.
+ * --------------------------------------------------------------------- */
+
+#define RW_LOGS_MAX 32
+
+static char *logs_kept[RW_LOGS_MAX];
+static int	logs_nkept = 0;
+static int	logs_dropped = 0;
+
+void
+rw_log_later(const char *fmt,...)
+{
+	char		buf[512];
+	va_list		ap;
+	char	   *copy;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	copy = logs_nkept < RW_LOGS_MAX ?
+		MemoryContextAllocExtended(TopMemoryContext, strlen(buf) + 1,
+								   MCXT_ALLOC_NO_OOM) : NULL;
+	if (copy == NULL)
+	{
+		logs_dropped++;
+		return;
+	}
+	strcpy(copy, buf);
+	logs_kept[logs_nkept++] = copy;
+}
+
+/* Write out the kept lines, oldest first. Only where a throw harms nothing. */
+void
+rw_logs_flush(void)
+{
+	int			dropped = logs_dropped;
+
+	logs_dropped = 0;
+	for (int i = 0; i < logs_nkept; i++)
+	{
+		char	   *line = logs_kept[i];
+
+		/* Taken off the list first: a throw below must not log it twice. */
+		logs_kept[i] = NULL;
+		elog(LOG, "%s", line);
+		pfree(line);
+	}
+	logs_nkept = 0;
+	if (dropped > 0)
+		elog(LOG, "rwlock: %d more such lines were not kept", dropped);
 }
 
 /* ---------------------------------------------------------------------
@@ -362,7 +452,7 @@ conn_fail(RwConn *conn, RwError *err, RwErrKind kind, const char *msg)
 	char		copy[sizeof(err->msg)];
 
 	strlcpy(copy, msg, sizeof(copy));	/* msg may be err->msg */
-	set_error(err, kind, "%s", copy);
+	rw_error_set(err, kind, "%s", copy);
 	rw_conn_close(conn);
 	return false;
 }
@@ -387,7 +477,7 @@ conn_make_wait_set(RwConn *conn, RwError *err)
 	{
 		MemoryContextSwitchTo(cxt);
 		FlushErrorState();
-		set_error(err, RW_ERR_CONNECT, "could not create a wait event set");
+		rw_error_set(err, RW_ERR_CONNECT, "could not create a wait event set");
 		ok = false;
 	}
 	PG_END_TRY();
@@ -406,11 +496,121 @@ conn_handshake_error(redisReply *r, const char *command, RwError *err)
 		strncmp(r->str, "WRONGPASS", 9) == 0 || strcmp(command, "AUTH") == 0;
 
 	if (strncmp(r->str, "NOAUTH", 6) == 0)
-		set_error(err, RW_ERR_AUTH, "Redis requires a password, and neither rwlock.redis_url nor rwlock.password_file gives one for this server: %s", r->str);
+		rw_error_set(err, RW_ERR_AUTH, "Redis requires a password, and neither rwlock.redis_url nor rwlock.password_file gives one for this server: %s", r->str);
 	else
-		set_error(err, auth ? RW_ERR_AUTH : RW_ERR_CONNECT, "%s refused: %s",
+		rw_error_set(err, auth ? RW_ERR_AUTH : RW_ERR_CONNECT, "%s refused: %s",
 				  command, r->str);
 	return false;
+}
+
+/*
+ * The maxmemory-policy in a CONFIG GET answer, or in INFO memory's text;
+ * NULL if neither says (refused by an ACL, renamed, or another reply).
+ */
+static char *
+conn_policy_of(redisReply *r)
+{
+	const char *p;
+
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		r->element[1]->type == REDIS_REPLY_STRING)
+		return pstrdup(r->element[1]->str);
+	if (r->type == REDIS_REPLY_STRING &&
+		(p = strstr(r->str, "maxmemory_policy:")) != NULL)
+	{
+		p += strlen("maxmemory_policy:");
+		return pnstrdup(p, strcspn(p, "\r\n"));
+	}
+	return NULL;
+}
+
+/*
+ * Whether a Redis with this maxmemory-policy may serve locks: only
+ * noeviction. Any other policy evicts keys once maxmemory is reached, and a
+ * lock hash carries a TTL, so volatile-* policies take lock keys first. It
+ * is refused even while maxmemory is 0 (nothing evicted yet): CONFIG SET
+ * maxmemory can change that at any time, unseen by the connections made.
+ */
+static bool
+conn_policy_check(const char *policy, RwError *err)
+{
+	if (policy == NULL || pg_strcasecmp(policy, "noeviction") == 0)
+		return true;
+	rw_error_set(err, RW_ERR_UNFIT,
+			  "its maxmemory-policy is %s: it may evict lock keys, freeing held locks for others; set maxmemory-policy noeviction",
+			  policy);
+	return false;
+}
+
+/*
+ * The maxmemory-policy from INFO memory, for a user that CONFIG GET was
+ * refused to. NULL if that is refused too: then nothing can be known, and
+ * the connection is used (the README says which permissions the check
+ * needs). False, with *err, if the exchange failed.
+ */
+static bool
+conn_policy_from_info(RwConn *conn, int64 deadline, char **policy,
+					  RwError *err)
+{
+	const char *argv[2] = {"INFO", "memory"};
+	redisReply *r;
+
+	*policy = NULL;
+	rw_append(conn, 2, argv, NULL, NULL);
+	if (!conn_exchange(conn, 1, &r, deadline, "rwlock.connect_timeout",
+					   rw_connect_timeout_ms, err))
+		return false;
+	*policy = conn_policy_of(r);
+	freeReplyObject(r);
+	return true;
+}
+
+/* Whether a ROLE answer says master; false with *err if it does not. */
+static bool
+conn_role_is_master(RwEndpoint *ep, redisReply *r, RwError *err)
+{
+	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+		r->element[0]->type == REDIS_REPLY_STRING &&
+		strcmp(r->element[0]->str, "master") == 0)
+		return true;
+	rw_error_set(err, RW_ERR_CONNECT,
+			  "the server the sentinels named for \"%s\" is not its master (ROLE: %s)",
+			  ep->master_name,
+			  r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+			  r->element[0]->type == REDIS_REPLY_STRING ?
+			  r->element[0]->str : "?");
+	return false;
+}
+
+/*
+ * A Sentinel-named master, before the password goes to it: ROLE alone. Not
+ * the master: false with *err, and the password was never sent. NOAUTH (a
+ * server with requirepass answers nothing before AUTH): *checked false,
+ * and ROLE is asked again after AUTH. False with *err if the exchange
+ * failed.
+ */
+static bool
+conn_role_before_auth(RwConn *conn, int64 deadline, bool *checked,
+					  RwError *err)
+{
+	const char *argv[1] = {"ROLE"};
+	redisReply *r;
+	bool		ok = true;
+
+	*checked = false;
+	rw_append(conn, 1, argv, NULL, NULL);
+	if (!conn_exchange(conn, 1, &r, deadline, "rwlock.connect_timeout",
+					   rw_connect_timeout_ms, err))
+		return false;
+	if (r->type != REDIS_REPLY_ERROR)
+	{
+		ok = conn_role_is_master(&conn->node->ep, r, err);
+		*checked = ok;
+	}
+	freeReplyObject(r);
+	if (!ok)
+		rw_conn_close(conn);
+	return ok;
 }
 
 /*
@@ -418,21 +618,46 @@ conn_handshake_error(redisReply *r, const char *command, RwError *err)
  * Redis that wants a password we did not give refuses CLIENT SETNAME with
  * NOAUTH; another refusal of it (an ACL) is ignored. For a Sentinel-named
  * master, ROLE too, in the same round trip: a sentinel may name a server
- * that is no longer (or not yet) the master. A sentinel without a password
- * ignores one that a catch-all line of the password file gave.
+ * that is no longer (or not yet) the master. With a password to send,
+ * ROLE goes first, alone (conn_role_before_auth): a server that is not the
+ * master never gets the password, unless it requires one before ROLE
+ * (requirepass), which only the sentinels' majority (sentinel.c) and TLS
+ * verification of the master's name then guard. A sentinel without a
+ * password ignores one that a catch-all line of the password file gave.
+ *
+ * A command connection to a Redis that serves locks also checks, in the
+ * same round trip, that it may (SPEC 13): its maxmemory-policy must be
+ * noeviction (CONFIG GET, or INFO memory if an ACL refuses CONFIG), and a
+ * session's user must be allowed to publish on the lock channels of its
+ * rwlock.key_prefix (a PUBLISH to "<prefix>:{}:c", a channel no waiter
+ * listens on: no lock has an empty name). Without that permission every
+ * release that has a waiter to wake fails, and the lock is left to its
+ * lease. A waiters' connection checks that the user may subscribe there
+ * (SUBSCRIBE and UNSUBSCRIBE; without it, waiters could only poll), at the
+ * first wait. The keeper does not publish (renewals wake nobody) and serves
+ * holds of every prefix: it checks the policy only.
  */
 static bool
 conn_handshake(RwConn *conn, const char *user, const char *password,
 			   int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
-	const char *commands[4];
-	redisReply *replies[4];
+	const char *commands[7];
+	redisReply *replies[7];
 	char		dbbuf[16];
 	char		namebuf[64];
+	char	   *probe = NULL;
+	char	   *policy = NULL;
+	bool		policy_asked = false;
+	bool		fit_check = !ep->is_sentinel && !conn->is_subscriber;
+	bool		role_checked = false;
 	int			n = 0;
 	bool		ok = true;
 
+	/* A server a sentinel named proves it is the master before AUTH. */
+	if (ep->sentinel && password &&
+		!conn_role_before_auth(conn, deadline, &role_checked, err))
+		return false;
 	if (password)
 	{
 		const char *argv[3] = {"AUTH", user ? user : password, password};
@@ -457,22 +682,81 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 		rw_append(conn, 3, argv, NULL, NULL);
 		commands[n++] = "CLIENT SETNAME";
 	}
-	if (ep->sentinel)
+	if (ep->sentinel && !role_checked)
 	{
 		const char *argv[1] = {"ROLE"};
 
 		rw_append(conn, 1, argv, NULL, NULL);
 		commands[n++] = "ROLE";
 	}
+	if (fit_check)
+	{
+		const char *argv[3] = {"CONFIG", "GET", "maxmemory-policy"};
+
+		rw_append(conn, 3, argv, NULL, NULL);
+		commands[n++] = "CONFIG GET";
+	}
+	if (fit_check && !IsBackgroundWorker)
+	{
+		const char *argv[3] = {"PUBLISH", NULL, ""};
+
+		probe = psprintf("%s:{}:c", rw_key_prefix);
+		argv[1] = probe;
+		rw_append(conn, 3, argv, NULL, NULL);
+		commands[n++] = "PUBLISH";
+	}
+	if (conn->is_subscriber && !ep->is_sentinel)
+	{
+		const char *sub[2] = {"SUBSCRIBE", NULL};
+		const char *unsub[2] = {"UNSUBSCRIBE", NULL};
+
+		probe = psprintf("%s:{}:c", rw_key_prefix);
+		sub[1] = unsub[1] = probe;
+		rw_append(conn, 2, sub, NULL, NULL);
+		commands[n++] = "SUBSCRIBE";
+		rw_append(conn, 2, unsub, NULL, NULL);
+		commands[n++] = "UNSUBSCRIBE";
+	}
 	if (!conn_exchange(conn, n, replies, deadline, "rwlock.connect_timeout",
 					   rw_connect_timeout_ms, err))
+	{
+		if (probe)
+			pfree(probe);
 		return false;
+	}
 	for (int i = 0; i < n; i++)
 	{
 		redisReply *r = replies[i];
 
 		if (!ok)
 			;
+		else if (strcmp(commands[i], "CONFIG GET") == 0)
+		{
+			/* Refused (an ACL, a renamed CONFIG): INFO is asked below. */
+			policy = conn_policy_of(r);
+			policy_asked = policy != NULL;
+		}
+		else if ((strcmp(commands[i], "PUBLISH") == 0 ||
+				  strcmp(commands[i], "SUBSCRIBE") == 0) &&
+				 r->type == REDIS_REPLY_ERROR &&
+				 strncmp(r->str, "NOAUTH", 6) != 0)
+		{
+			rw_error_set(err, RW_ERR_NOPERM,
+					  "the Redis user may not %s the lock channels (%s %s: %s)",
+					  commands[i][0] == 'P' ? "publish on" : "subscribe to",
+					  commands[i], probe, r->str);
+			ok = false;
+		}
+		else if (strcmp(commands[i], "UNSUBSCRIBE") == 0 &&
+				 !(r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+				   r->element[2]->type == REDIS_REPLY_INTEGER &&
+				   r->element[2]->integer == 0))
+		{
+			/* Still subscribed: no use as a waiter's connection. */
+			rw_error_set(err, RW_ERR_CONNECT,
+					  "unexpected answer to UNSUBSCRIBE %s at connect", probe);
+			ok = false;
+		}
 		else if (r->type == REDIS_REPLY_ERROR && ep->is_sentinel &&
 				 strcmp(commands[i], "AUTH") == 0 &&
 				 strstr(r->str, "without any password configured") != NULL)
@@ -481,21 +765,18 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 				 (strcmp(commands[i], "CLIENT SETNAME") != 0 ||
 				  strncmp(r->str, "NOAUTH", 6) == 0))
 			ok = conn_handshake_error(r, commands[i], err);
-		else if (strcmp(commands[i], "ROLE") == 0 &&
-				 !(r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-				   r->element[0]->type == REDIS_REPLY_STRING &&
-				   strcmp(r->element[0]->str, "master") == 0))
-		{
-			set_error(err, RW_ERR_CONNECT,
-					  "the server the sentinels named for \"%s\" is not its master (ROLE: %s)",
-					  ep->master_name,
-					  r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-					  r->element[0]->type == REDIS_REPLY_STRING ?
-					  r->element[0]->str : "?");
-			ok = false;
-		}
+		else if (strcmp(commands[i], "ROLE") == 0)
+			ok = conn_role_is_master(ep, r, err);
 		freeReplyObject(r);
 	}
+	if (ok && fit_check && !policy_asked)
+		ok = conn_policy_from_info(conn, deadline, &policy, err);
+	if (ok && fit_check)
+		ok = conn_policy_check(policy, err);
+	if (policy)
+		pfree(policy);
+	if (probe)
+		pfree(probe);
 	if (!ok)
 		rw_conn_close(conn);
 	return ok;
@@ -517,13 +798,13 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 
 	if (!AcquireExternalFD())
 	{
-		set_error(err, RW_ERR_CONNECT, "no file descriptor is free for a connection");
+		rw_error_set(err, RW_ERR_CONNECT, "no file descriptor is free for a connection");
 		return false;
 	}
 	fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 	{
-		set_error(err, RW_ERR_CONNECT, "could not create a socket: %s", strerror(errno));
+		rw_error_set(err, RW_ERR_CONNECT, "could not create a socket: %s", strerror(errno));
 		ReleaseExternalFD();
 		return false;
 	}
@@ -533,7 +814,7 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 	{
 		close(fd);
 		ReleaseExternalFD();
-		set_error(err, RW_ERR_CONNECT, "out of memory");
+		rw_error_set(err, RW_ERR_CONNECT, "out of memory");
 		return false;
 	}
 	if (family != AF_UNIX)
@@ -575,110 +856,52 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 }
 
 /*
- * Give up a lookup still under way: freed if glibc's helper has not started
- * on it, else left to it (it writes into the request when its resolver
- * gives up): a small leak per lookup abandoned that way, the price of never
- * blocking on a resolver.
- */
-static void
-conn_resolve_abandon(struct gaicb *req)
-{
-	int			rc = gai_cancel(req);
-
-	if (rc == EAI_NOTCANCELED)
-		return;
-	if (rc == EAI_ALLDONE && req->ar_result != NULL)
-		freeaddrinfo(req->ar_result);
-	free(req);
-}
-
-/*
- * Resolve a host name (getaddrinfo), waiting through the latch: a resolver
- * that does not answer (a DNS server down) would otherwise block the
- * backend past rwlock.connect_timeout and past cancel and terminate, which
- * the resolver's own poll() does not heed. A numeric address needs no
- * lookup and is converted at once. The lookup runs on glibc's helper thread
- * (getaddrinfo_a), which blocks every signal: the backend's handlers still
- * run on the backend's own thread. The wait polls the lookup every few
+ * Resolve a host name, waiting through the latch (resolve.c starts the
+ * lookup on glibc's helper thread): a resolver that does not answer (a DNS
+ * server down) would otherwise block the backend past
+ * rwlock.connect_timeout and past cancel and terminate, which the
+ * resolver's own poll() does not heed. The wait polls the lookup every few
  * milliseconds; connections are made rarely. *res is freeaddrinfo's.
  */
 static bool
 conn_resolve(const char *host, const char *port, int64 deadline,
 			 struct addrinfo **res, RwError *err)
 {
-	struct addrinfo hints;
 	struct gaicb *req;
-	struct gaicb *list[1];
 	long		nap = 1;
 	int			rc;
 
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICHOST;
-	if (getaddrinfo(host, port, &hints, res) == 0)
-		return true;
-	hints.ai_flags = 0;
-
-	/* One block, outliving this call if the lookup cannot be cancelled. */
-	req = calloc(1, sizeof(struct gaicb) + sizeof(struct addrinfo) +
-				 strlen(host) + strlen(port) + 2);
-	if (req == NULL)
-	{
-		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: out of memory");
+	if (!rw_resolve_start(host, port, res, &req, err))
 		return false;
-	}
-	memcpy(req + 1, &hints, sizeof(hints));
-	req->ar_request = (struct addrinfo *) (req + 1);
-	req->ar_name = (char *) (req->ar_request + 1);
-	strcpy((char *) req->ar_name, host);
-	req->ar_service = req->ar_name + strlen(host) + 1;
-	strcpy((char *) req->ar_service, port);
-	list[0] = req;
-	if ((rc = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL)) != 0)
-	{
-		free(req);
-		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: %s",
-				  gai_strerror(rc));
-		return false;
-	}
-	while ((rc = gai_error(req)) == EAI_INPROGRESS)
+	while (req != NULL && (rc = rw_resolve_poll(req, res, err)) == 0)
 	{
 		if (conn_interrupt_wanted())
 		{
-			conn_resolve_abandon(req);
-			set_error(err, RW_ERR_INTERRUPTED, "interrupted while resolving the host name \"%s\"", host);
+			rw_resolve_abandon(req);
+			rw_error_set(err, RW_ERR_INTERRUPTED, "interrupted while resolving the host name \"%s\"", host);
 			return false;
 		}
 		if (rw_now_ms() >= deadline)
 		{
-			conn_resolve_abandon(req);
-			set_error(err, RW_ERR_CONNECT,
-					  "the host name \"%s\" was not resolved within rwlock.connect_timeout (%d ms)",
-					  host, rw_connect_timeout_ms);
+			rw_resolve_abandon(req);
+			rw_error_set(err, RW_ERR_CONNECT,
+						 "the host name \"%s\" was not resolved within rwlock.connect_timeout (%d ms)",
+						 host, rw_connect_timeout_ms);
 			return false;
 		}
 		if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
 					  nap, PG_WAIT_EXTENSION) & WL_POSTMASTER_DEATH)
 		{
-			conn_resolve_abandon(req);
+			rw_resolve_abandon(req);
 			if (!proc_exit_inprogress)
 				proc_exit(1);
-			set_error(err, RW_ERR_CONNECT, "postmaster died");
+			rw_error_set(err, RW_ERR_CONNECT, "postmaster died");
 			return false;
 		}
 		ResetLatch(MyLatch);
 		nap = Min(nap * 2, 8);
 	}
-	*res = req->ar_result;
-	free(req);
-	if (rc != 0)
-	{
-		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: %s",
-				  rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
-		return false;
-	}
-	return true;
+	return req == NULL || rc > 0;
 }
 
 /*
@@ -701,7 +924,7 @@ conn_connect_socket(RwConn *conn, int64 deadline, RwError *err)
 		sa.sun_family = AF_UNIX;
 		if (strlen(ep->path) >= sizeof(sa.sun_path))
 		{
-			set_error(err, RW_ERR_CONNECT, "the unix socket path is too long");
+			rw_error_set(err, RW_ERR_CONNECT, "the unix socket path is too long");
 			return false;
 		}
 		strlcpy(sa.sun_path, ep->path, sizeof(sa.sun_path));
@@ -784,6 +1007,8 @@ conn_connect_once(RwConn *conn, int64 deadline, RwError *err)
 		explicit_bzero(password, strlen(password));
 		pfree(password);
 	}
+	if (ok && conn->opens > 1)
+		rw_stat_add(RW_STAT_RECONNECTS, 1);
 	if (!ok && (err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_LOST))
 	{
 		/* A timeout here is a failure to connect, not a slow command. */
@@ -839,7 +1064,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 	if (ep->nquorum > 0)
 	{
 		/* Its members connect (quorum.c); a quorum has no address. */
-		set_error(err, RW_ERR_CONNECT, "a quorum's own node has no connection");
+		rw_error_set(err, RW_ERR_CONNECT, "a quorum's own node has no connection");
 		return false;
 	}
 	if (!ep->sentinel && !ep->cluster)
@@ -850,7 +1075,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 
 		if (ep->resolve == NULL)
 		{
-			set_error(err, RW_ERR_CONNECT, "a Sentinel or Cluster URL's node was made without its resolver");
+			rw_error_set(err, RW_ERR_CONNECT, "a Sentinel or Cluster URL's node was made without its resolver");
 			return false;
 		}
 		if (ep->resolve(ep, deadline, err) &&
@@ -866,6 +1091,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 			return true;
 		}
 		if (err->kind == RW_ERR_INTERRUPTED || err->kind == RW_ERR_AUTH ||
+			err->kind == RW_ERR_UNFIT || err->kind == RW_ERR_NOPERM ||
 			rw_now_ms() + CONN_SENTINEL_RETRY_MS >= deadline)
 			return false;
 		/*
@@ -875,7 +1101,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 		ep->seed_last = (ep->seed_last + 1) & 0xffff;	/* taken modulo */
 		if (!rw_conn_pause(CONN_SENTINEL_RETRY_MS))
 		{
-			set_error(err, RW_ERR_INTERRUPTED, "interrupted while connecting");
+			rw_error_set(err, RW_ERR_INTERRUPTED, "interrupted while connecting");
 			return false;
 		}
 	}
@@ -1281,11 +1507,12 @@ rw_exchange_by(RwConn *conn, int nreplies, redisReply **replies,
 }
 
 /*
- * Write out everything queued, without reading any reply; waits only while
- * the socket does not take it all. False (connection closed) on failure.
+ * Write out what is queued (see rw_flush); with keep_on_cut, a wait that a
+ * cancel cut short in a cancellable stretch (rw_conn_cancellable) leaves
+ * the rest queued, the connection open.
  */
-bool
-rw_flush(RwConn *conn, int64 deadline, RwError *err)
+static bool
+conn_flush(RwConn *conn, int64 deadline, bool keep_on_cut, RwError *err)
 {
 	bool		ok = conn_write(conn, err);
 
@@ -1295,11 +1522,41 @@ rw_flush(RwConn *conn, int64 deadline, RwError *err)
 		int			ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_WRITEABLE),
 									  deadline, false);
 
+		if (ready == -2 && keep_on_cut && conn_cancel_cuts && !ProcDiePending)
+		{
+			rw_error_set(err, RW_ERR_INTERRUPTED,
+					  "interrupted while sending to Redis; the rest is queued");
+			return false;
+		}
 		ok = ready > 0 ? conn_write(conn, err) :
 			conn_wait_failed(conn, ready, "rwlock.command_timeout",
 							 rw_command_timeout_ms, err);
 	}
 	return ok;
+}
+
+/*
+ * Write out everything queued, without reading any reply; waits only while
+ * the socket does not take it all. False (connection closed) on failure.
+ */
+bool
+rw_flush(RwConn *conn, int64 deadline, RwError *err)
+{
+	return conn_flush(conn, deadline, false, err);
+}
+
+/*
+ * The same, for a connection on which only tagged commands are queued
+ * (release.c: their answers are read whenever they come, and those never
+ * sent are handed back empty when the connection closes): a cancel that
+ * cuts the wait in a cancellable stretch leaves the rest queued, false with
+ * err->kind RW_ERR_INTERRUPTED and the connection open; the next flush or
+ * exchange on it sends the rest.
+ */
+bool
+rw_flush_tagged(RwConn *conn, int64 deadline, RwError *err)
+{
+	return conn_flush(conn, deadline, true, err);
 }
 
 /*
@@ -1366,70 +1623,4 @@ rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err)
 	}
 	*reply = r;
 	return true;
-}
-
-/*
- * Turn an error into an ereport: class 08 for the connection, 57014 for an
- * interrupt (served here), XX000 for an error reply.
- */
-void
-rw_raise(RwConn *conn, const RwError *err)
-{
-	/*
-	 * The URL, without password, only to roles that may read the setting;
-	 * for the others, the server log's detail names it.
-	 */
-	const char *where = rw_endpoint_where(&conn->node->ep);
-	char	   *logged = rw_may_see_url() ? NULL :
-		psprintf("%s (Redis at %s)", err->msg, conn->node->ep.display);
-
-	switch (err->kind)
-	{
-		case RW_ERR_CONNECT:
-			ereport(ERROR,
-					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-					 errmsg("could not connect to %s", where),
-					 errdetail("%s", err->msg),
-					 logged ? errdetail_log("%s", logged) : 0,
-					 errhint("Check rwlock.redis_url and that Redis is running.")));
-			break;
-		case RW_ERR_AUTH:
-			ereport(ERROR,
-					(errcode(ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION),
-					 errmsg("%s refused authentication", where),
-					 errdetail("%s", err->msg),
-					 logged ? errdetail_log("%s", logged) : 0,
-					 errhint("Check the user name and password (rwlock.redis_url, rwlock.password_file).")));
-			break;
-		case RW_ERR_LOST:
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("lost connection to %s", where),
-					 errdetail("%s", err->msg),
-					 logged ? errdetail_log("%s", logged) : 0));
-			break;
-		case RW_ERR_TIMEOUT:
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("%s did not answer in time", where),
-					 errdetail("%s; the connection was closed.", err->msg),
-					 logged ? errdetail_log("%s; the connection was closed.", logged) : 0));
-			break;
-		case RW_ERR_INTERRUPTED:
-			CHECK_FOR_INTERRUPTS();
-			ereport(ERROR,
-					(errcode(ERRCODE_QUERY_CANCELED),
-					 errmsg("canceling statement due to user request"),
-					 errdetail("A Redis command was interrupted; its connection was closed.")));
-			break;
-		case RW_ERR_REPLY:
-		case RW_OK:
-			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("%s answered with an error", where),
-					 errdetail("%s", err->msg),
-					 logged ? errdetail_log("%s", logged) : 0));
-			break;
-	}
-	pg_unreachable();
 }

@@ -95,7 +95,8 @@ rw_node_forget_if_unused(RwNode *node)
 {
 	RwNode	  **link;
 
-	if (node == route_current || node->nholds > 0 || node->nowed > 0)
+	if (node == route_current || node->nholds > 0 || node->nowed > 0 ||
+		node->pins > 0)
 		return;
 	rw_conn_close(&node->cmd);
 	rw_conn_close(&node->sub);

@@ -8,7 +8,8 @@
  * reads the settings' variables of guc.c):
  *	  functions.c  every SQL entry point, argument checks, _PG_init
  *	  introspect.c the SQL entry points that ask Redis: redis_lock_info,
- *	               redis_connection_info (with functions.c's rw_name_arg)
+ *	               redis_connection_info (with functions.c's rw_name_arg);
+ *	               and redis_lock_stats, from stats.c
  *	  held.c       lock and unlock, stacking, transaction, subtransaction,
  *	               DISCARD ALL and exit callbacks
  *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancel
@@ -19,7 +20,8 @@
  *	               warnings kept for a safe moment
  *	  route.c      which node serves a lock: the one URL, a server, a
  *	               Sentinel-monitored service, a Redis Cluster or a quorum
- *	  keeper.c     the background worker and its shared table; redis_locks
+ *	  keeper.c     the background workers (the keeper, a renewer per Redis
+ *	               server) and their shared table; redis_locks
  *	  quorum.c     quorum mode (experimental): several independent masters
  *	               in rwlock.redis_url; one plain node per URL under the
  *	               logical node, acquisitions and renewals sent to all of
@@ -41,10 +43,14 @@
  *	               redis_conn.c calls when it connects to such a node
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
  *	               latch, deadlines, interrupts
+ *	  resolve.c    host names looked up without blocking (getaddrinfo_a)
+ *	  errors.c     what a failure means in SQLSTATEs; rw_raise
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
  *	               reads and writes, what a failure means
  *	  guc.c        the rwlock.* settings; settings refused when the library
  *	               loaded
+ *	  stats.c      counters per database in shared memory (redis_lock_stats);
+ *	               any file above may count, it calls none of them
  *	  url.c        parsing rwlock.redis_url, a node's spec, the password
  *	               file (guc.c validates with it, redis_conn.c
  *	               authenticates with it)
@@ -219,6 +225,14 @@ typedef enum RwErrKind
 	RW_ERR_TIMEOUT,				/* rwlock.command_timeout ran out */
 	RW_ERR_INTERRUPTED,			/* cancel or terminate cut the wait short */
 	RW_ERR_REPLY,				/* Redis answered with an error or nonsense */
+	RW_ERR_UNFIT,				/* at connect: a Redis unfit to serve locks
+								 * (an evicting maxmemory-policy) */
+	RW_ERR_NOPERM,				/* at connect: the Redis user lacks a
+								 * permission locks need (lock channels) */
+	RW_ERR_UNSERVED,			/* a cluster's redirections (TRYAGAIN,
+								 * CLUSTERDOWN, MOVED) outlasted
+								 * rwlock.command_timeout: the command did
+								 * not run */
 } RwErrKind;
 
 typedef struct RwError
@@ -275,7 +289,10 @@ typedef struct RwConn
 #define RW_TAG_DISCARD ((void *) 1)
 
 extern void rw_call_begin(void);
+extern void rw_call_again(void);
 extern uint64 rw_call_id(void);
+extern void rw_conn_cancellable(bool on);
+extern bool rw_conn_cancel_cut(void);
 extern bool rw_conn_drain(RwConn *conn, RwError *err);
 extern bool rw_conn_pause(long ms);
 extern void rw_conn_limit(int64 deadline);
@@ -294,12 +311,28 @@ extern void rw_append(RwConn *conn, int argc, const char **argv,
 extern bool rw_exchange(RwConn *conn, int nreplies, redisReply **replies,
 						RwError *err);
 extern bool rw_flush(RwConn *conn, int64 deadline, RwError *err);
+extern bool rw_flush_tagged(RwConn *conn, int64 deadline, RwError *err);
 extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
-extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
+extern void rw_log_later(const char *fmt,...) pg_attribute_printf(1, 2);
+extern void rw_logs_flush(void);
 
+/* ---- resolve.c ---- */
+struct gaicb;
+struct addrinfo;
+extern bool rw_resolve_start(const char *host, const char *port,
+							 struct addrinfo **res, struct gaicb **req,
+							 RwError *err);
+extern int	rw_resolve_poll(struct gaicb *req, struct addrinfo **res,
+							RwError *err);
+extern void rw_resolve_abandon(struct gaicb *req);
+
+/* ---- errors.c ---- */
+extern void rw_error_set(RwError *err, RwErrKind kind, const char *fmt,...) pg_attribute_printf(3, 4);
+extern int	rw_error_sqlstate(const RwError *err);
+extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
 
 /* ---- tls.c ---- */
 typedef struct RwTls RwTls;
@@ -388,6 +421,8 @@ typedef enum RwAcquireStatus
 	RW_UPGRADE_CONFLICT,
 	RW_GRANTED_UNACKED,			/* granted, but fewer replicas than
 								 * rwlock.wait_replicas acknowledged it */
+	RW_READ_LOST,				/* an upgrade: Redis has no live read lock
+								 * of ours any more; nothing changed */
 } RwAcquireStatus;
 
 typedef struct RwLockInfo
@@ -464,9 +499,49 @@ extern bool rw_proto_info_send(RwConn *conn, const RwKeys *keys,
 extern bool rw_proto_info_collect(RwConn *conn, RwScriptCall *call,
 								  RwLockInfo *info, RwError *err);
 
+/* ---- stats.c ---- */
+
+/* What redis_lock_stats counts; the order of its columns. */
+typedef enum RwStat
+{
+	RW_STAT_ACQ_WRITE_SESSION,	/* granted lock calls, stacked ones too */
+	RW_STAT_ACQ_WRITE_XACT,
+	RW_STAT_ACQ_READ_SESSION,
+	RW_STAT_ACQ_READ_XACT,
+	RW_STAT_TRY_FAILED,			/* try forms that returned false */
+	RW_STAT_WAITS,				/* acquisitions that had to wait */
+	RW_STAT_WAIT_MS,			/* time spent in those waits */
+	RW_STAT_TIMEOUTS,			/* lock_timeout ran out (55P03) */
+	RW_STAT_CANCELS,			/* waits cancelled, statement_timeout */
+	RW_STAT_DEADLOCKS,			/* 40P01 for a deadlock */
+	RW_STAT_UPGRADE_CONFLICTS,	/* 40P01 for two readers upgrading */
+	RW_STAT_HOLDS_LOST,			/* holds found lost (lease, Redis data) */
+	RW_STAT_ERR_CONNECTION,		/* errors raised: class 08 */
+	RW_STAT_ERR_PERMISSION,		/* 42501 */
+	RW_STAT_ERR_OTHER,			/* any other Redis error */
+	RW_STAT_RENEWALS,			/* leases renewed (sessions and keeper) */
+	RW_STAT_RECONNECTS,			/* connections made after the first */
+	RW_STAT_FAILOVERS,			/* a new master followed */
+	RW_NSTATS
+} RwStat;
+
+typedef struct RwStatsCopy
+{
+	Oid			dboid;
+	uint64		counts[RW_NSTATS];
+	TimestampTz reset_at;
+} RwStatsCopy;
+
+extern void rw_stats_init(void);
+extern void rw_stats_attach(void);
+extern void rw_stat_add(RwStat what, uint64 n);
+extern void rw_stat_error(int sqlerrcode);
+extern int	rw_stats_read(RwStatsCopy **rows);
+extern bool rw_stats_reset(void);
+
 /* ---- keeper.c ---- */
 extern void rw_keeper_init(void);
-extern bool rw_keeper_running(void);
+extern bool rw_keeper_renews(int slot, int lease_ms);
 extern int	rw_keeper_publish(int slot, const char *name, const char *url,
 							  const char *key, const char *owner, int64 token,
 							  TimestampTz acquired, int64 renewed_ms,
@@ -489,6 +564,8 @@ typedef struct RwNode
 	RwConn		sub;			/* pub/sub wake-ups, opened when first needed */
 	int			nholds;			/* holds that live on this node */
 	int			nowed;			/* releases owed to it (release.c) */
+	int			pins;			/* walks under way that must not see it
+								 * freed (release.c) */
 	int64		renew_retry_ms; /* no renewal before this after a failure */
 	struct RwCluster *cluster;	/* a redis+cluster:// node's (cluster.c) */
 	struct RwQuorum *quorum;	/* a quorum's (quorum.c) */
@@ -589,6 +666,8 @@ typedef struct RwHeldRow
 
 extern RwHeld *rw_holds_find(const char *name);
 extern RwHeld *rw_holds_enter(const char *name, RwNode *node);
+extern void rw_holds_reserve(RwHeld *h);
+extern void rw_holds_mark_lost(RwHeld *h);
 extern void rw_holds_forget(RwHeld *h);
 extern void rw_holds_sweep(void);
 extern int	rw_holds_count(void);
@@ -623,14 +702,16 @@ extern bool rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 extern bool rw_release_settle_member(RwNode *node, int ix, const char *name,
 									 RwError *err);
 extern void rw_release_read_answers(void);
+extern bool rw_release_await(RwError *err);
 extern void rw_release_at_exit(void);
 extern void rw_note_release_failed(const char *name, const RwError *err);
 
 /* ---- waiting.c ---- */
+extern int64 rw_wait_cap(long timeout_ms, int64 deadline);
 extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 							RwMode mode, RwMode held_mode, long timeout_ms,
-							bool timeout_is_error, int64 *token,
-							int64 *since);
+							int64 started, bool timeout_is_error,
+							int64 *token, int64 *since, bool *lost);
 extern void rw_wait_done(void);
 extern void rw_abandon_wait(void);
 
@@ -644,7 +725,7 @@ extern void rw_operation_begin(void);
 extern void rw_operation_end(void);
 extern bool rw_lock(const char *name, RwMode mode, RwLevel level,
 					long wait_ms, bool is_try, int64 *token);
-extern bool rw_unlock(const char *name);
-extern int	rw_unlock_all(void);
+extern bool rw_unlock(const char *name, RwMode mode);
+extern int	rw_unlock_all(bool await);
 
 #endif							/* RWLOCK_H */

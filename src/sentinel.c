@@ -9,10 +9,12 @@
  * commands, the waiters' subscriber, the keeper's), it asks here for the
  * master's address: the sentinels are asked in turn with
  * SENTINEL get-master-addr-by-name, starting with the one that answered
- * last; the first that names an address wins. redis_conn.c then connects to
- * that address and checks with ROLE (pipelined with the handshake) that it
- * is the master, starting over if not, all within one
- * rwlock.connect_timeout. When the address differs from the one found
+ * last, until a majority of those the URL lists name the same address (a
+ * minority that is stale or lies is outvoted; sessions listing the
+ * sentinels in different orders find the same master). redis_conn.c then
+ * connects to that address and checks with ROLE that it is the master
+ * (before AUTH where the server allows), starting over if not, all within
+ * one rwlock.connect_timeout. When the address differs from the one found
  * before, the endpoint's addr_gen moves on, and redis_conn.c closes the
  * node's connections made to the old address (the subscriber especially:
  * Sentinel kills only normal clients on a failover, and a subscriber left
@@ -27,10 +29,11 @@
  * announced), without a subscription to +switch-master on every backend.
  * The check has a short budget (RW_SENTINEL_CHECK_BUDGET_MS, or less if
  * rwlock.connect_timeout or rwlock.command_timeout is shorter): if no
- * sentinel answers within it, the connection goes on being used (ROLE was
+ * majority answers within it, the connection goes on being used (ROLE was
  * checked when it was made, and READONLY ends it) and the sentinels are
- * asked again a period later. Each check is a short connection to one
- * sentinel: a busy backend makes about one a second.
+ * asked again a period later. Each check is a short connection to each of
+ * a majority of the sentinels (two of three): a busy backend makes about
+ * two a second.
  *
  * A sentinel is reached through redis_conn.c on a plain endpoint (a
  * temporary node) of its own: over TLS if the URL is rediss+sentinel://,
@@ -42,6 +45,7 @@
  *
  * Messages name a sentinel by its place in the URL (#1, #2...), never by
  * its address: they may reach roles that may not read rwlock.redis_url.
+
  *
  * Never throws (but on out of memory); no ereport.
  *
@@ -125,18 +129,82 @@ rw_sentinel_attach(RwEndpoint *ep)
 		ep->resolve = rw_sentinel_resolve;
 }
 
+/* The addresses sentinels named in one resolve, and how many named each. */
+typedef struct SentinelTally
+{
+	int			n;
+	char	   *host[64];		/* url.c lists at most 64 sentinels */
+	int			port[64];
+	int			votes[64];
+	int			first[64];		/* the first sentinel that named it */
+} SentinelTally;
+
+/* Count one sentinel's answer; returns the votes its address has now. */
+static int
+sentinel_count(SentinelTally *t, int i, char *host, int port)
+{
+	for (int j = 0; j < t->n; j++)
+		if (t->port[j] == port && strcmp(t->host[j], host) == 0)
+		{
+			pfree(host);
+			return ++t->votes[j];
+		}
+	t->host[t->n] = host;
+	t->port[t->n] = port;
+	t->votes[t->n] = 1;
+	t->first[t->n] = i;
+	t->n++;
+	return 1;
+}
+
+/* The most votes any address has. */
+static int
+sentinel_best(const SentinelTally *t, int *which)
+{
+	int			best = 0;
+
+	*which = -1;
+	for (int j = 0; j < t->n; j++)
+		if (t->votes[j] > best)
+		{
+			best = t->votes[j];
+			*which = j;
+		}
+	return best;
+}
+
+static void
+sentinel_tally_free(SentinelTally *t)
+{
+	for (int j = 0; j < t->n; j++)
+		pfree(t->host[j]);
+	t->n = 0;
+}
+
 /*
  * Find the master of ep's service and make it ep's host and port (kept in
- * TopMemoryContext; addr_gen moves on if it changed). False with *err (class
- * 08, or interrupted) if no sentinel names it before the deadline.
+ * TopMemoryContext; addr_gen moves on if it changed). The sentinels are
+ * asked in turn until a majority of those the URL lists name one address:
+ * a sentinel that is wrong or lies (names another master, or a server an
+ * attacker runs) is outvoted, and two sessions that list the sentinels in
+ * different orders find the same master. False with *err (class 08, or
+ * interrupted) if no address has a majority before the deadline: too few
+ * sentinels answered, or they disagree (a failover under way: the caller
+ * asks again after a pause).
  */
 bool
 rw_sentinel_resolve(RwEndpoint *ep, int64 deadline, RwError *err)
 {
 	char		why[sizeof(err->msg)] = "";
 	int			n = ep->nseeds;
+	int			need = n / 2 + 1;
+	int			answered = 0;
+	int			best = 0;
+	int			which = -1;
+	SentinelTally tally;
 
-	for (int k = 0; k < n; k++)
+	memset(&tally, 0, sizeof(tally));
+	for (int k = 0; k < n && best < need; k++)
 	{
 		int			i = (ep->seed_last + k) % n;
 		int64		now = rw_now_ms();
@@ -144,28 +212,51 @@ rw_sentinel_resolve(RwEndpoint *ep, int64 deadline, RwError *err)
 		char	   *host;
 		int			port;
 
-		if (now >= deadline)
+		/* No address can have a majority any more: stop asking. */
+		if (now >= deadline || best + (n - k) < need)
 			break;
 		if (sentinel_ask(ep, i, now + Max(share, 200) < deadline ? now + Max(share, 200) : deadline,
 						 &host, &port, err))
 		{
-			ep->seed_last = i;
-			ep->resolved_ms = rw_now_ms();
-			rw_endpoint_set_addr(ep, host, port);
-			pfree(host);
-			return true;
+			answered++;
+			(void) sentinel_count(&tally, i, host, port);
+			best = sentinel_best(&tally, &which);
+			continue;
 		}
 		if (err->kind == RW_ERR_INTERRUPTED)
+		{
+			sentinel_tally_free(&tally);
 			return false;
+		}
 		if (strstr(err->msg, "sentinel ") == err->msg)
 			strlcpy(why, err->msg, sizeof(why));
 		else
 			snprintf(why, sizeof(why), "sentinel #%d: %s", i + 1, err->msg);
 	}
+	if (best >= need)
+	{
+		ep->seed_last = tally.first[which];
+		ep->resolved_ms = rw_now_ms();
+		rw_endpoint_set_addr(ep, tally.host[which], tally.port[which]);
+		sentinel_tally_free(&tally);
+		return true;
+	}
 	err->kind = RW_ERR_CONNECT;
 	err->maybe_sent = false;
-	snprintf(err->msg, sizeof(err->msg),
-			 "no sentinel named the master of \"%s\" within rwlock.connect_timeout (%d ms); last: %s",
-			 ep->master_name, rw_connect_timeout_ms, why[0] ? why : "no time left");
+	if (tally.n >= 2)
+		snprintf(err->msg, sizeof(err->msg),
+				 "the sentinels disagree on the master of \"%s\": sentinels #%d and #%d name different servers, and no server is named by a majority (%d of the %d listed)",
+				 ep->master_name, tally.first[0] + 1, tally.first[1] + 1,
+				 need, n);
+	else if (tally.n == 1)
+		snprintf(err->msg, sizeof(err->msg),
+				 "only %d of the %d sentinels named the master of \"%s\" within rwlock.connect_timeout (%d ms), and a majority (%d) must agree; last failure: %s",
+				 answered, n, ep->master_name, rw_connect_timeout_ms, need,
+				 why[0] ? why : "no time left");
+	else
+		snprintf(err->msg, sizeof(err->msg),
+				 "no sentinel named the master of \"%s\" within rwlock.connect_timeout (%d ms); last: %s",
+				 ep->master_name, rw_connect_timeout_ms, why[0] ? why : "no time left");
+	sentinel_tally_free(&tally);
 	return false;
 }

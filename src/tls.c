@@ -20,8 +20,8 @@
  *
  * What is verified (rwlock.tls_verify): full, the server's certificate
  * chains to a trusted CA (rwlock.tls_ca_file, or the system's store) and
- * names the URL's host (a DNS name or IP address in its subjectAltName);
- * ca, only the chain; none, nothing. A handshake that fails says why in
+ * names the URL's host (a DNS name or IP address in its subjectAltName;
+ * the subject's common name is never read, RFC 9525); ca, only the chain; none, nothing. A handshake that fails says why in
  * plain words: an unknown CA, a name mismatch, an expired certificate, a
  * client certificate required or refused, a server that does not speak
  * TLS. The error queue of OpenSSL, which PostgreSQL's own SSL code shares,
@@ -53,6 +53,8 @@ struct RwTls
 	bool		has_cert;		/* we present a client certificate */
 	bool		cert_requested; /* the server asked for one */
 	bool		got_data;		/* the server sent us data after the handshake */
+	bool		no_san;			/* its certificate, refused for its name,
+								 * has no subjectAltName at all */
 };
 
 /* The identity of a file, to notice that it was replaced or changed. */
@@ -322,6 +324,31 @@ tls_host_is_ip(const char *host)
 }
 
 /*
+ * The verification callback of rwlock.tls_verify = full: OpenSSL's verdict
+ * stands; a name mismatch on a certificate without any subjectAltName is
+ * remembered, to say why (after a failed handshake the certificate is no
+ * longer at hand).
+ */
+static int
+tls_verify_cb(int ok, X509_STORE_CTX *store)
+{
+	int			vr = X509_STORE_CTX_get_error(store);
+
+	if (!ok && (vr == X509_V_ERR_HOSTNAME_MISMATCH ||
+				vr == X509_V_ERR_IP_ADDRESS_MISMATCH))
+	{
+		SSL		   *ssl = X509_STORE_CTX_get_ex_data(store,
+													 SSL_get_ex_data_X509_STORE_CTX_idx());
+		RwTls	   *t = ssl ? SSL_get_app_data(ssl) : NULL;
+		X509	   *leaf = X509_STORE_CTX_get0_cert(store);
+
+		if (t != NULL && leaf != NULL)
+			t->no_san = X509_get_ext_by_NID(leaf, NID_subject_alt_name, -1) < 0;
+	}
+	return ok;
+}
+
+/*
  * Start TLS on a connected socket: the handshake is then driven by
  * rw_tls_handshake. NULL, with *why, if the settings cannot be used.
  */
@@ -354,7 +381,13 @@ rw_tls_open(const RwEndpoint *ep, int fd, char *why, size_t whylen)
 			ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), ep->host) == 1;
 		else
 		{
-			SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+			/*
+			 * The subjectAltName only, never the subject's common name
+			 * (RFC 9525, as browsers do): OpenSSL would otherwise fall
+			 * back to the CN of a certificate without DNS names.
+			 */
+			SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS |
+							  X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
 			ok = SSL_set1_host(ssl, ep->host) == 1;
 		}
 	}
@@ -368,6 +401,9 @@ rw_tls_open(const RwEndpoint *ep, int fd, char *why, size_t whylen)
 		return NULL;
 	}
 	SSL_set_cert_cb(ssl, tls_cert_requested, t);
+	SSL_set_app_data(ssl, t);
+	if (ep->tls_verify == RW_TLS_VERIFY_FULL)
+		SSL_set_verify(ssl, SSL_VERIFY_PEER, tls_verify_cb);
 	SSL_set_connect_state(ssl);
 	t->ssl = ssl;
 	t->has_cert = ep->tls_cert_file != NULL;
@@ -376,7 +412,7 @@ rw_tls_open(const RwEndpoint *ep, int fd, char *why, size_t whylen)
 
 /* What the certificate check found wrong, in plain words. */
 static void
-tls_explain_verify(long vr, char *why, size_t whylen)
+tls_explain_verify(RwTls *t, long vr, char *why, size_t whylen)
 {
 	const char *what = X509_verify_cert_error_string(vr);
 
@@ -393,9 +429,13 @@ tls_explain_verify(long vr, char *why, size_t whylen)
 			break;
 		case X509_V_ERR_HOSTNAME_MISMATCH:
 		case X509_V_ERR_IP_ADDRESS_MISMATCH:
-			snprintf(why, whylen,
-					 "TLS handshake failed: the server's certificate is not for the host in rwlock.redis_url (%s); connect by a name the certificate gives, or set rwlock.tls_verify = ca",
-					 what);
+			if (t->no_san)
+				snprintf(why, whylen,
+						 "TLS handshake failed: the server's certificate has no subjectAltName, and only its subjectAltName (DNS name or IP address) can name the URL's host, never the common name; or set rwlock.tls_verify = ca");
+			else
+				snprintf(why, whylen,
+						 "TLS handshake failed: the server's certificate is not for the host in rwlock.redis_url (%s); connect by a name the certificate gives, or set rwlock.tls_verify = ca",
+						 what);
 			break;
 		case X509_V_ERR_CERT_HAS_EXPIRED:
 			snprintf(why, whylen, "TLS handshake failed: the server's certificate has expired");
@@ -432,7 +472,7 @@ tls_explain(RwTls *t, int ret, int sslerr, int saved_errno, char *why,
 	else if (sslerr != SSL_ERROR_SSL || ERR_GET_LIB(e) != ERR_LIB_SSL)
 		snprintf(why, whylen, "%s: %s", stage, tls_reason(e, "unknown error"));
 	else if (reason == SSL_R_CERTIFICATE_VERIFY_FAILED && vr != X509_V_OK)
-		tls_explain_verify(vr, why, whylen);
+		tls_explain_verify(t, vr, why, whylen);
 	else
 	{
 		switch (reason)

@@ -306,6 +306,29 @@ is(default_keys(), 0, 'the default server has no key of this test yet');
 	like($err, qr/permission denied to set parameter "rwlock.redis_url"/,
 		'preloaded: a non-superuser\'s PGOPTIONS fails the connection');
 }
+{
+	# preloaded, an invalid URL with a password in postgresql.conf: refused
+	# at start without quoting it in the log; the hint fits the preloaded case
+	my $node = $nodes{1};
+	my $conf = $node->data_dir . '/postgresql.conf';
+	my $saved = slurp_file($conf);
+	$node->append_conf('postgresql.conf',
+		"rwlock.redis_url = 'redis://u:${pw}zz\@127.0.0.1:0/0'\n");
+	$node->restart;
+	my ($ret, $out, $err) = $node->psql('postgres', "SELECT redis_wlock('fb7')");
+	like($err, qr/ERROR:  rwlock.redis_url was not applied in this session/,
+		'preloaded, an invalid URL in postgresql.conf: lock functions fail');
+	like($err, qr/HINT:  Fix the value in the server's configuration and reload it/,
+		'... with a hint that fits a preloaded library');
+	like(slurp_file($node->logfile), qr/invalid value for parameter "rwlock.redis_url"/,
+		'the log says the URL was refused');
+	unlike(slurp_file($node->logfile), qr/\Q${pw}zz\E/,
+		'... without quoting it, password and all');
+	open my $fh, '>', $conf or die;
+	print $fh $saved;
+	close $fh;
+	$node->restart;
+}
 is(default_keys(), 0, 'the default server 127.0.0.1:6379 got no key');
 
 $_->stop for values %nodes;

@@ -22,6 +22,7 @@ import tempfile
 import time
 
 import redis
+import redis.asyncio
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, ".."))
@@ -52,6 +53,39 @@ def python_only(srv, res):
                 res.check("%s refuses scripts of another version" % cls.__name__, True)
     finally:
         shutil.rmtree(lua3, ignore_errors=True)
+    read_lost(r, res)
+
+
+def read_lost(r, res):
+    """An upgrade whose read lock Redis lost raises ReadLockLost (the lock is
+    lost, nothing granted), in the synchronous and the asyncio client."""
+    import asyncio
+    key = rw.lock_keys("rwlock", "cross-read-lost")[0]
+    c = rw.Client(r)
+    lock = c.read_lock("cross-read-lost")
+    lock.acquire()
+    r.hdel(key, "r:" + lock.owner, "n", "rm")           # as an eviction would
+    try:
+        lock.upgrade(timeout=1)
+        res.check("an upgrade of a lost read lock raises ReadLockLost", False)
+    except rw.ReadLockLost:
+        res.check("an upgrade of a lost read lock raises ReadLockLost", True)
+    res.check("  nothing was granted", not r.hexists(key, "w"))
+    res.check("  the lock is lost, release() says False", lock.lost and lock.release() is False)
+
+    async def aio():
+        ac = rw.AsyncClient(redis.asyncio.Redis(port=r.connection_pool.connection_kwargs["port"]))
+        al = ac.read_lock("cross-read-lost")
+        await al.acquire()
+        r.hdel(key, "r:" + al.owner, "n", "rm")
+        try:
+            await al.upgrade(timeout=1)
+            ok = False
+        except rw.ReadLockLost:
+            ok = True
+        res.check("the asyncio client raises ReadLockLost too", ok and al.lost)
+        res.check("  and release() says False", (await al.release()) is False)
+    asyncio.run(aio())
 
 
 def main():

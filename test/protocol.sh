@@ -262,6 +262,132 @@ check "an upgrade (\"r\") still holds only the write lock after" "0" "$(run rele
 run release $V g3 '' 0 600000 >/dev/null
 run release $V g2 q 0 600000 >/dev/null
 
+hf() { redis-cli -p "$PORT" hget 'rw:{a}' "$1"; }
+zs() { redis-cli -p "$PORT" zscore 'rw:{a}:q' "$1"; }
+fresh() { redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null; }
+
+
+# (27.7) An upgrade ("r") whose read lock Redis no longer has answers "" and
+# changes nothing: the caller's read was lost, never silently upgraded.
+fresh
+run acquire $V u1 r 30000 0 600000 >/dev/null
+redis-cli -p "$PORT" hdel 'rw:{a}' r:u1 n rm >/dev/null        # lost (evicted, say)
+check "upgrade of a lost read, free lock: the answer is \"\"" "" "$(run acquire $V u1 w 30000 2000 600000 r)"
+check "  and nothing was granted"        "0"          "$(redis-cli -p "$PORT" hexists 'rw:{a}' w)"
+check "  holding nothing (\"-\") it is granted" "[0-9]*" "$(run acquire $V u1 w 30000 2000 600000 -)"
+run release $V u1 '' 0 600000 >/dev/null
+run acquire $V u2 r 30000 0 600000 >/dev/null; run acquire $V u3 r 30000 0 600000 >/dev/null
+redis-cli -p "$PORT" hdel 'rw:{a}' r:u2 >/dev/null
+check "upgrade of a lost read beside another reader: \"\"" "" "$(run acquire $V u2 w 30000 2000 600000 r)"
+check "  and no intent, no upgrader left" "0 0"       "$(redis-cli -p "$PORT" hexists 'rw:{a}' i:u2) $(redis-cli -p "$PORT" hexists 'rw:{a}' u)"
+run acquire $V u4 r 200 0 600000 >/dev/null
+sleep 0.3
+check "upgrade of a lapsed read: \"\""   ""           "$(run acquire $V u4 w 30000 2000 600000 r)"
+check "an upgrade of a live read, the only one left, is granted" "[0-9]*" "$(run acquire $V u3 w 30000 2000 600000 r)"
+run release $V u3 '' 0 600000 >/dev/null
+
+# (27.9) A reader's new, shorter lease lowers rm: a writer waits no longer
+# than that lease, in acquire's fast path, its general path and renew.lua.
+fresh
+run acquire $V m1 r 30000 0 600000 >/dev/null
+run acquire $V m1 r 300 0 600000 >/dev/null            # again, shorter (fast path)
+check "a shorter lease again lowers rm"  "yes"        "$(r=$(hf rm); f=$(hf r:m1); [ "$r" -le "$f" ] && echo yes || echo "no rm $r r:m1 $f")"
+sleep 0.4
+check "  the writer gets in once it ran out" "[0-9]*" "$(run acquire $V m9 w 30000 0 600000)"
+run release $V m9 '' 0 600000 >/dev/null; fresh
+run acquire $V m2 r 30000 0 600000 >/dev/null
+run acquire $V m8 w 30000 2000 600000 >/dev/null     # a waiting writer: the general path
+run acquire $V m2 r 300 0 600000 >/dev/null
+check "  and in the general path"        "yes"        "$(r=$(hf rm); f=$(hf r:m2); [ "$r" -le "$f" ] && echo yes || echo "no rm $r r:m2 $f")"
+sleep 0.4
+check "  the waiting writer gets in once it ran out" "[0-9]*" "$(run acquire $V m8 w 30000 2000 600000)"
+run release $V m8 '' 0 600000 >/dev/null; fresh
+run acquire $V m3 r 30000 0 600000 >/dev/null
+check "renew.lua with a shorter lease"   "1"          "$(run renew $V m3 300 600000)"
+check "  lowers rm"                      "yes"        "$(r=$(hf rm); f=$(hf r:m3); [ "$r" -le "$f" ] && echo yes || echo "no rm $r r:m3 $f")"
+sleep 0.4
+check "  the writer gets in once it ran out" "[0-9]*" "$(run acquire $V m9 w 30000 0 600000)"
+run release $V m9 '' 0 600000 >/dev/null; fresh
+run acquire $V m4 w 30000 0 600000 >/dev/null
+run acquire $V m4 r 30000 0 600000 >/dev/null         # a writer that also reads
+check "a writer's renewal with a shorter lease" "1"  "$(run renew $V m4 300 600000)"
+check "  lowers rm for its reader field too" "yes"   "$(r=$(hf rm); f=$(hf r:m4); [ "$r" -le "$f" ] && echo yes || echo "no rm $r r:m4 $f")"
+run release $V m4 '' 0 600000 >/dev/null
+
+# (27.6) A waiting writer's intent that lapsed (here with the queue key,
+# which lives as long as the latest intent) has lost its place: when it
+# tries again it is back in the queue, behind those who came meanwhile.
+fresh
+run acquire $V q0 w 30000 0 600000 >/dev/null
+run acquire $V q1 w 30000 300 600000 >/dev/null       # a short intent
+sleep 0.4
+check "the lapsed intent outlived the queue key" "0 1" "$(redis-cli -p "$PORT" exists 'rw:{a}:q') $(redis-cli -p "$PORT" hexists 'rw:{a}' i:q1)"
+check "a writer arrives meanwhile"       "-*"         "$(run acquire $V q2 w 30000 2000 600000)"
+check "the lapsed writer tries again: busy" "-*"      "$(run acquire $V q1 w 30000 2000 600000)"
+check "  and is in the queue, behind it" "write * q0 * q2 * q1 *" "$(run info $V)"
+listen
+run release $V q0 '' 0 600000 >/dev/null
+check "  the hand-off names the first"   "w:q2"       "$(heard)"
+check "  who gets it; q1 waits"          "[0-9]*|-*"  "$(run acquire $V q2 w 30000 2000 600000)|$(run acquire $V q1 w 30000 2000 600000)"
+listen
+run release $V q2 '' 0 600000 >/dev/null
+check "  and q1 is told next (no missed wake-up)" "w:q1" "$(heard)"
+check "  and gets it"                    "[0-9]*"     "$(run acquire $V q1 w 30000 2000 600000)"
+run release $V q1 '' 0 600000 >/dev/null
+# A live intent keeps its place; should the queue key be gone, it is back in.
+fresh
+run acquire $V q0 w 30000 0 600000 >/dev/null
+run acquire $V q3 w 30000 2000 600000 >/dev/null
+s3=$(zs q3)
+run acquire $V q3 w 30000 2000 600000 >/dev/null
+check "a live intent keeps its place"    "$s3"        "$(zs q3)"
+redis-cli -p "$PORT" del 'rw:{a}:q' >/dev/null
+run acquire $V q3 w 30000 2000 600000 >/dev/null
+check "  and is back in the queue when the queue key is gone" "[0-9]*" "$(zs q3)"
+run release $V q3 q 0 600000 >/dev/null; run release $V q0 '' 0 600000 >/dev/null
+
+# (27.18) A waiting reader that gives up takes its mark back (release "q"):
+# no readers' turn is then started for nobody. Here the holder downgrades
+# and upgrades again at once, as a SQL session holding read and write does
+# with redis_unlock and redis_try_wlock.
+fresh
+run acquire $V s1 r 30000 0 600000 >/dev/null
+run acquire $V s1 w 30000 0 600000 r >/dev/null
+check "a reader waits for the writer"    "-*"         "$(run acquire $V s2 r 30000 2000 600000)"
+check "  with a mark of its own"         "yes"        "$([ "$(hf m:s2)" = "$(hf rw)" ] && [ -n "$(hf rw)" ] && echo yes || echo no)"
+check "it gives up: its mark goes"       "1"          "$(run release $V s2 q 0 600000)"
+check "  m:s2 and rw gone"               "0 0"        "$(redis-cli -p "$PORT" hexists 'rw:{a}' m:s2) $(redis-cli -p "$PORT" hexists 'rw:{a}' rw)"
+got=$(batch "release s1 r 30000 600000" "acquire s1 w 30000 0 600000 r" | paste -sd'|')
+check "downgrade, then upgrade at once: no turn for nobody" "1|[0-9]*" "$got"
+run release $V s1 '' 0 600000 >/dev/null
+# Two readers wait; the later gives up: the earlier's mark still starts a turn.
+fresh
+run acquire $V s1 w 30000 0 600000 >/dev/null
+run acquire $V s3 r 30000 2000 600000 >/dev/null
+sleep 0.01
+run acquire $V s4 r 30000 2000 600000 >/dev/null
+run release $V s4 q 0 600000 >/dev/null
+check "the other reader's mark is rw now" "yes"       "$([ "$(hf m:s3)" = "$(hf rw)" ] && [ -n "$(hf rw)" ] && echo yes || echo no)"
+listen
+# (within the turn's 100 ms: one batch)
+got=$(batch "release s1 '' 0 600000" "acquire s5 w 30000 0 600000" \
+            "acquire s3 r 30000 2000 600000" | paste -sd'|')
+check "  the writer leaves: the readers' turn is on, the reader gets in" "1|-*|[0-9]*" "$got"
+check "  the waiting reader was told"    "r"          "$(heard)"
+check "  its mark is gone"               "0"          "$(redis-cli -p "$PORT" hexists 'rw:{a}' m:s3)"
+run release $V s3 '' 0 600000 >/dev/null
+
+# docs/protocol.md's worked example shows each script's SHA1: they must be
+# the files' (a script changed, the example must be regenerated).
+docsha=$(grep -Eo '^ *[0-9a-f]{40}  lua/[a-z]+\.lua$' docs/protocol.md | sed 's/^ *//')
+check "docs/protocol.md shows SHA1s"     "?*"         "$docsha"
+while read -r sum file; do
+  [ -n "$file" ] && check "docs/protocol.md: SHA1 of $file" "$(sha1sum "$file" | cut -d' ' -f1)" "$sum"
+done <<<"$docsha"
+for q in $(grep -Eo '^ *"[0-9a-f]{40}"$' docs/protocol.md | tr -d ' "'); do
+  check "docs/protocol.md: SCRIPT LOAD's answer $q is a script's SHA1" "yes" "$(sha1sum lua/*.lua | grep -q "^$q " && echo yes || echo no)"
+done
+
 redis-cli -p "$PORT" hset 'rw:{a}' v 1 >/dev/null
 check "protocol version mismatch"        "*RWLOCK_VERSION*is protocol 1*speaks 2*" "$(run acquire $V o7 w 30000 0 600000 2>&1)"
 

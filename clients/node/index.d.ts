@@ -87,6 +87,9 @@ export declare class LockTimeoutError extends RWLockError {}
 export declare class UpgradeConflictError extends RWLockError {
   readonly other: string;
 }
+export declare class ReadLockLostError extends RWLockError {
+  readonly lock: string;
+}
 export declare class ReplicasNotAcknowledgedError extends RWLockError {
   readonly lock: string;
   readonly acks: number;

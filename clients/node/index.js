@@ -42,6 +42,13 @@ class UpgradeConflictError extends RWLockError {
     this.other = other;
   }
 }
+class ReadLockLostError extends RWLockError {
+  constructor(name) {
+    super(`lock ${JSON.stringify(name)} was lost: Redis no longer had its read lock ` +
+      'when it was to be upgraded; acquire the lock anew');
+    this.lock = name;
+  }
+}
 class ReplicasNotAcknowledgedError extends RWLockError {
   constructor(name, acks, wanted) {
     super(`lock ${JSON.stringify(name)} was granted but only ${acks} of the ${wanted} ` +
@@ -181,6 +188,7 @@ const GRANTED = 1;
 const BUSY = 0;
 const CONFLICT = -1;
 const UNACKED = -2;
+const READ_LOST = -3; // an upgrade whose read lock Redis no longer has
 
 class Locks {
   /**
@@ -293,7 +301,7 @@ class Locks {
     } else {
       reply = await this._run('acquire', name, args);
     }
-    if (typeof reply === 'string') return [CONFLICT, reply];
+    if (typeof reply === 'string') return reply ? [CONFLICT, reply] : [READ_LOST, null];
     const r = Number(reply);
     if (r >= 0 && acks !== null && acks < this.waitReplicas) return [UNACKED, acks];
     return r >= 0 ? [GRANTED, r] : [BUSY, -r];
@@ -388,7 +396,8 @@ class Lock extends EventEmitter {
 
   /** Holding the read lock, wait for the write lock too; false on timeout
    *  (the read lock is kept). UpgradeConflictError if another reader waits
-   *  to upgrade. */
+   *  to upgrade; ReadLockLostError if Redis no longer has the read lock (the
+   *  lock is then lost). */
   async upgrade(timeout) {
     if (!this._held || this.mode !== 'r') throw new RWLockError('upgrade() needs a held read lock');
     return this._take('w', timeout, true, false);
@@ -400,9 +409,10 @@ class Lock extends EventEmitter {
     const leaseMs = Math.max(1, Math.round(this.lease));
     const deadline = timeout == null ? null : now() + Math.max(0, timeout);
     // A caller that will wait leaves a mark (a writer's intent, a reader's
-    // claim to a turn), renewed at each try.
+    // claim to a turn), renewed at each try, and withdrawn ('q') when the
+    // wait ends without the lock: a reader that gave up is owed no turn.
     const intent = timeout == null || timeout > 0 ? INTENT_MS : 0;
-    const withdraw = intent > 0 && mode === 'w';
+    const withdraw = intent > 0;
     const undo = upgrade ? 'r' : '';
     // Readers are woken on the lock's channel, a writer on its own.
     const channel = mode === 'r' ? this._channel : `${this._channel}:${this.owner}`;
@@ -429,6 +439,13 @@ class Lock extends EventEmitter {
           done = true;
           if (withdraw) await L._release(this.name, this.owner, 'q');
           throw new UpgradeConflictError(this.name, value);
+        }
+        if (status === READ_LOST) {
+          // Nothing changed in Redis; an intent of earlier tries goes.
+          done = true;
+          if (withdraw) await L._release(this.name, this.owner, 'q');
+          this._lost = true; // release() resolves false
+          throw new ReadLockLostError(this.name);
         }
         const t = now();
         if (deadline !== null && t >= deadline) {
@@ -578,6 +595,6 @@ class Lock extends EventEmitter {
 module.exports = {
   PROTOCOL_VERSION, INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, SCRIPTS,
   Locks, Lock, RWLockError, ProtocolVersionError, LockTimeoutError,
-  UpgradeConflictError, ReplicasNotAcknowledgedError,
+  UpgradeConflictError, ReplicasNotAcknowledgedError, ReadLockLostError,
   encodeName, lockKeys, loadScripts, defaultLuaDir,
 };

@@ -763,8 +763,10 @@ class Suite:
             q(self.s1, "SELECT redis_try_wlock(%s)", name)
             self.check("SQL refuses protocol 1 keys", False)
         except psycopg2.Error as e:
-            text = "%s %s" % (e.pgerror, e.diag.message_detail)
-            self.check("SQL refuses protocol 1 keys", "RWLOCK_VERSION" in text, text)
+            text = "%s %s %s" % (e.pgcode, e.pgerror, e.diag.message_detail)
+            self.check("SQL refuses protocol 1 keys, 55000 and Redis's message in the detail",
+                       e.pgcode == "55000" and "another rwlock protocol version" in e.pgerror
+                       and "RWLOCK_VERSION" in (e.diag.message_detail or ""), text)
 
     # a release whose answer was lost is sent again before the name is taken again
     def owed_release(self):

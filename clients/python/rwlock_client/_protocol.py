@@ -49,6 +49,16 @@ class UpgradeConflict(RWLockError):
         self.other = other
 
 
+class ReadLockLost(RWLockError):
+    """An upgrade found that Redis no longer has this holder's read lock (its
+    lease ran out, or Redis lost its data): the lock is lost, not upgraded."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__("lock %r was lost: Redis no longer had its read lock when "
+                         "it was to be upgraded; acquire the lock anew" % (name,))
+        self.name = name
+
+
 class ReplicasNotAcknowledged(RWLockError, ConnectionError):
     """A grant fewer replicas than wait_replicas acknowledged; it was undone."""
 
@@ -174,13 +184,15 @@ def renew_args(owner: str, lease_ms: int) -> list:
 
 
 # What _acquire answers: (GRANTED, token), (BUSY, ms to sleep at most),
-# (CONFLICT, other owner), (UNACKED, acks: granted, too few replicas).
-GRANTED, BUSY, CONFLICT, UNACKED = 1, 0, -1, -2
+# (CONFLICT, other owner), (UNACKED, acks: granted, too few replicas),
+# (READ_LOST, None: an upgrade whose read lock Redis no longer has).
+GRANTED, BUSY, CONFLICT, UNACKED, READ_LOST = 1, 0, -1, -2, -3
 
 
 def acquire_outcome(reply, acks: Optional[int], wanted: int) -> Tuple[int, object]:
     if isinstance(reply, (bytes, str)):
-        return CONFLICT, text(reply)
+        other = text(reply)
+        return (CONFLICT, other) if other else (READ_LOST, None)
     r = int(reply)
     if r >= 0 and acks is not None and acks < wanted:
         return UNACKED, acks
@@ -305,13 +317,16 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
               is_try: bool, wanted_acks: int,
               granted) -> Generator[Step, object, bool]:
     """Take the lock: True once granted (granted(token, sent) called), False
-    when the time ran out. Raises UpgradeConflict, ReplicasNotAcknowledged."""
+    when the time ran out. Raises UpgradeConflict, ReplicasNotAcknowledged,
+    ReadLockLost."""
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     # A caller that will wait leaves a mark: a writer's intent (new readers
     # queue behind it), a reader's claim to a turn after the current writer.
-    # It lasts INTENT_MS and is renewed at each try.
+    # It lasts INTENT_MS and is renewed at each try, and is withdrawn
+    # (release "q") when the wait ends without the lock: a reader that gave
+    # up is owed no turn.
     intent = INTENT_MS if timeout is None or timeout > 0 else 0
-    withdraw = bool(intent) and mode == "w"
+    withdraw = bool(intent)
     subscribed = False
     done = False
     undo = "r" if upgrade else ""
@@ -339,6 +354,12 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
                 if withdraw:
                     yield Release("q")
                 raise UpgradeConflict(name, str(value))
+            if status == READ_LOST:
+                # Nothing changed in Redis; an intent of earlier tries goes.
+                done = True
+                if withdraw:
+                    yield Release("q")
+                raise ReadLockLost(name)
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 done = True

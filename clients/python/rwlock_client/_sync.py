@@ -438,8 +438,13 @@ class Lock(LockState):
         """Holding the read lock, wait for the write lock too (until this
         holder is the only reader). True if upgraded, False on timeout (the
         read lock is kept). Raises UpgradeConflict if another reader already
-        waits to upgrade."""
-        return self._take("w", timeout, upgrade=True)
+        waits to upgrade, ReadLockLost if Redis no longer has the read lock
+        (the lock is then lost: `lost` is True, release() returns False)."""
+        try:
+            return self._take("w", timeout, upgrade=True)
+        except p.ReadLockLost:
+            self._lost = True
+            raise
 
     def _take(self, mode: str, timeout: Optional[float], upgrade: bool,
               is_try: bool = False) -> bool:

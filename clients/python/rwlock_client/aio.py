@@ -170,7 +170,11 @@ class AsyncLock(LockState):
         return await self._take(self.mode, wait, upgrade=False, is_try=True)
 
     async def upgrade(self, timeout: Optional[float] = None) -> bool:
-        return await self._take("w", timeout, upgrade=True)
+        try:
+            return await self._take("w", timeout, upgrade=True)
+        except p.ReadLockLost:
+            self._lost = True       # as Lock.upgrade
+            raise
 
     async def _take(self, mode: str, timeout: Optional[float], upgrade: bool,
                     is_try: bool = False) -> bool:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import redis
 
 from . import _protocol as p
-from ._protocol import BUSY, CONFLICT, GRANTED, PROTOCOL_VERSION
+from ._protocol import BUSY, CONFLICT, GRANTED, PROTOCOL_VERSION, READ_LOST
 from ._sync import Client, Run
 
 __all__ = ["QuorumClient", "SPLIT_PAUSE_MS"]
@@ -232,6 +232,10 @@ class QuorumClient(Client):
         self._undo(name, owner, votes, "r" if upgrade else "", bool(granted), mode, lease_ms)
         if conflict is not None:
             return CONFLICT, conflict
+        # An upgrade: too many members no longer have the read lock for a
+        # majority to have it.
+        if sum(1 for v in votes if v[0] == READ_LOST) > len(votes) - self.majority:
+            return READ_LOST, None
         answered = sum(1 for v in votes if v[0] is not None and v[2])
         if answered < self.majority:
             raise redis.exceptions.ConnectionError(
@@ -239,7 +243,7 @@ class QuorumClient(Client):
                 "toward a majority (%d needed)" % (answered, len(votes), self.majority))
         if granted:
             return BUSY, random.randint(*SPLIT_PAUSE_MS)
-        return BUSY, min(v[1] for v in votes if v[0] == BUSY)
+        return BUSY, min((v[1] for v in votes if v[0] == BUSY), default=1)
 
     def _fence(self, name: str, owner: str, token: int, votes: List[Vote],
                granted: List[int]) -> int:

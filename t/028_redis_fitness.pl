@@ -1,0 +1,157 @@
+# What a Redis serving locks must be (SPEC 13), checked at connect:
+#   - an evicting maxmemory-policy (allkeys-lru with maxmemory 0,
+#     volatile-ttl with a maxmemory) is refused with 55000 naming the
+#     policy, also for a user that CONFIG is refused to (INFO memory says
+#     it), and nothing is written; with noeviction the same session locks;
+#   - an ACL user without channel permission (resetchannels) is refused
+#     with 42501 at its first call, before any lock is taken (without the
+#     check it took locks whose releases then failed to wake waiters); one
+#     that may not SUBSCRIBE gets 42501 at its first wait, its intent
+#     withdrawn; one without the lock keys gets 42501 (NOPERM), not XX000,
+#     Redis's message in the detail;
+#   - a user made by the README's ACL SETUSER line locks, is woken from a
+#     wait by a release (not by the lease) and sees redis_connection_info;
+#   - (issue 27.17) holds Redis lost (keys deleted): redis_unlock and
+#     redis_unlock_all each report them lost themselves, and an unlock of
+#     such a name afterwards gives one warning, that it is not held (it
+#     used to get a late "was lost" for redis_unlock_all's release too).
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib $FindBin::RealBin;
+use RwlockTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $lru = redis_start(undef, '--maxmemory-policy', 'allkeys-lru');
+my $ttl = redis_start(undef, '--maxmemory-policy', 'volatile-ttl',
+	'--maxmemory', '100mb');
+my $good = redis_start();
+
+my $node = new_node('fitness', port => $good, lease => '10s');
+my $s = session($node);
+my $s2 = session($node);
+
+sub use_url
+{
+	my ($sess, $url) = @_;
+	sq($sess, "SET rwlock.redis_url = '$url'");
+}
+
+sub keys_of
+{
+	my ($port) = @_;
+	return redis_cli($port, '--no-auth-warning', 'KEYS', 'tap_fitness*');
+}
+
+# ---- an evicting maxmemory-policy ----------------------------------------
+use_url($s, "redis://127.0.0.1:$lru/0");
+my ($out, $err) = sq($s, "SELECT redis_wlock('e') > 0");
+isnt($out, 't', 'allkeys-lru (maxmemory 0): no lock');
+is(sqlstate($err), '55000', '... 55000');
+like($err, qr/is not fit to serve locks/, '... the message says why');
+like($err, qr/maxmemory-policy is allkeys-lru.*noeviction/s,
+	'... the detail names the policy and noeviction');
+is(keys_of($lru), '', '... nothing written');
+
+use_url($s, "redis://127.0.0.1:$ttl/0");
+($out, $err) = sq($s, "SELECT redis_try_rlock('e')");
+is(sqlstate($err), '55000', 'volatile-ttl with a maxmemory: 55000');
+like($err, qr/volatile-ttl/, '... naming it');
+
+# A user CONFIG is refused to: INFO memory tells the policy.
+redis_cli($lru, 'ACL', 'SETUSER', 'nocfg', 'on', '>pw', '~*', '&*', '+@all',
+	'-config');
+use_url($s, "redis://nocfg:pw\@127.0.0.1:$lru/0");
+($out, $err) = sq($s, "SELECT redis_wlock('e') > 0");
+is(sqlstate($err), '55000', 'a user without CONFIG: 55000 all the same (INFO)');
+like($err, qr/allkeys-lru/, '... naming the policy');
+
+redis_cli($lru, 'CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+($out, $err) = sq($s, "SELECT redis_wlock('e') > 0");
+is($out, 't', 'once the policy is noeviction, the same session locks');
+sq($s, "SELECT redis_unlock('e')");
+
+# ---- ACL users -----------------------------------------------------------
+redis_cli($good, 'ACL', 'SETUSER', 'nochan', 'on', '>pw', '~*', 'resetchannels',
+	'+@all');
+use_url($s, "redis://nochan:pw\@127.0.0.1:$good/0");
+($out, $err) = sq($s, "SELECT redis_wlock('p') > 0");
+isnt($out, 't', 'a user without channel permission: no lock');
+is(sqlstate($err), '42501', '... 42501 at the first call');
+like($err, qr/may not publish on the lock channels/, '... saying which');
+like($err, qr/no permissions to access one of the channels/,
+	"... with Redis's message");
+is(keys_of($good), '', '... before any lock is taken');
+
+redis_cli($good, 'ACL', 'SETUSER', 'nokeys', 'on', '>pw', '~other:*', '&*',
+	'+@all');
+use_url($s, "redis://nokeys:pw\@127.0.0.1:$good/0");
+($out, $err) = sq($s, "SELECT redis_wlock('p') > 0");
+is(sqlstate($err), '42501', 'a user without the lock keys: 42501, not XX000');
+like($err, qr/DETAIL:.*NOPERM/, "... Redis's NOPERM in the detail");
+
+redis_cli($good, 'ACL', 'SETUSER', 'nosub', 'on', '>pw', '~*', '&*', '+@all',
+	'-subscribe');
+use_url($s, "redis://nosub:pw\@127.0.0.1:$good/0");
+use_url($s2, "redis://nosub:pw\@127.0.0.1:$good/0");
+($out, $err) = sq($s, "SELECT redis_wlock('w') > 0");
+is($out, 't', 'a user that may not SUBSCRIBE takes a free lock');
+($out, $err) = sq($s2, "SELECT redis_wlock('w') > 0");
+isnt($out, 't', '... and its first wait fails');
+is(sqlstate($err), '42501', '... with 42501');
+like($err, qr/may not subscribe to the lock channels/, '... saying why');
+is(redis_cli($good, 'ZCARD', 'tap_fitness:{w}:q'), '0',
+	'... its intent withdrawn');
+sq($s, "SELECT redis_unlock('w')");
+
+# The README's line (section "What a Redis serving locks must be").
+my $readme = slurp_file("$FindBin::RealBin/../README.md");
+my ($line) = $readme =~ /^\s*(ACL SETUSER rwlock .*)$/m;
+ok($line, "the README's ACL SETUSER line");
+$line =~ s/rwlock:\*/tap_fitness:*/g;    # this test's key prefix
+$line =~ s/>\S+/>pw/;
+is(redis_cli($good, split / /, $line), 'OK', '... is accepted by Redis 7');
+use_url($s, "redis://rwlock:pw\@127.0.0.1:$good/0");
+use_url($s2, "redis://rwlock:pw\@127.0.0.1:$good/0");
+($out, $err) = sq($s, "SELECT redis_wlock('h') > 0");
+is($out, 't', '... its user locks') or diag($err);
+sq_send($s2, "SELECT redis_wlock('h') > 0");
+sleep 0.5;
+my $t0 = time;
+sq($s, "SELECT redis_unlock('h')");
+my @r = sq_wait($s2, 10);
+is($r[0], 't', '... a waiter gets the lock');
+cmp_ok(time - $t0, '<', 3, '... woken by the release, not the 10 s lease');
+sq($s2, "SELECT redis_unlock('h')");
+($out, $err) = sq($s, "SELECT connected FROM redis_connection_info() WHERE current");
+is($out, 't', '... and redis_connection_info works') or diag($err);
+
+# ---- unlocking lost holds (issue 27.17) ------------------------------------
+# Each lost hold is reported once, by the call that unlocks it; a later
+# unlock of the name only says it is not held.
+use_url($s, "redis://127.0.0.1:$good/0");
+sub warnings_of { my ($e) = @_; return scalar(() = $e =~ /WARNING:/g); }
+sq($s, "SELECT redis_wlock('l1'), redis_rlock('l2'), redis_wlock('l3')");
+redis_cli($good, 'DEL', 'tap_fitness:{l1}', 'tap_fitness:{l2}',
+	'tap_fitness:{l3}');
+($out, $err) = sq($s, "SELECT redis_unlock('l3')");
+is($out, 'f', 'redis_unlock of a hold Redis lost: false');
+is(warnings_of($err), 1, '... one warning');
+like($err, qr/Redis lock "l3" was lost/, '... that it was lost');
+($out, $err) = sq($s, "SELECT redis_unlock_all()");
+is($out, '2', 'redis_unlock_all of two holds Redis lost: 2');
+like($err, qr/Redis lock "l1" was lost.*Redis lock "l2" was lost|Redis lock "l2" was lost.*Redis lock "l1" was lost/s,
+	'... reports both lost, itself');
+($out, $err) = sq($s, "SELECT redis_unlock('l1')");
+is($out, 'f', 'an unlock of one of them after: false');
+is(warnings_of($err), 1, '... one warning');
+like($err, qr/you don't own a session-level hold of Redis lock "l1"/,
+	'... that it is not held');
+unlike($err, qr/was lost/, '... not a late "was lost" beside it');
+
+$s->quit;
+$s2->quit;
+$node->stop;
+done_testing();

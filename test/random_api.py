@@ -454,6 +454,61 @@ class Driver:
         elif grant.tokens is not None:
             s.granted(name, max(grant.tokens), R)    # the read token, unseen
 
+    def step_do(self, i):
+        """A PL/pgSQL block takes k holds in its own subtransaction and then
+        raises and catches division_by_zero (its xact holds go, its session
+        holds stay) or ends (its xact holds move to the enclosing level)."""
+        s, rnd = self.sessions[i], self.rnd
+        name = self.pick_name()
+        mode = R if rnd.random() < 0.6 else W
+        level = "session" if rnd.random() < 0.4 else "xact"
+        k = rnd.randint(1, 5)
+        fails = rnd.random() < 0.6
+        if (s.aborted or not s.grantable(name, mode) or
+                (name in s.recs and s.recs[name].lost) or
+                ("STACK" in s.known and not s.safe_to_stack(name, mode, level, k)) or
+                len(self.model.locks[name].expected_read_tokens(time.time())) > 1):
+            return self.step_lock(i)
+        if s.want(name, mode) == W:
+            self.wait_turn(name)
+        fn = "redis_%slock%s" % (mode, "_xact" if level == "xact" else "")
+        body = "PERFORM %s('%s') FROM generate_series(1, %d);" % (
+            fn, name.replace("'", "''"), k)
+        if fails:
+            body += " PERFORM 1 / 0; EXCEPTION WHEN division_by_zero THEN NULL;"
+        q = "DO $$ BEGIN %s END $$" % body
+        now = time.time()
+        in_block = s.in_block
+        s.in_block = True                 # the block's own subtransaction
+        s.savepoints.append("<DO>")
+        j = len(s.savepoints) - 1
+        out = s.lock(name, mode, level, False, True, k, now)
+        if fails:
+            s.rollback_to(j, now)
+            s.savepoints.pop()
+        else:
+            s.release_sp(j)
+        s.in_block = in_block
+        s.statement_end(now)
+        out.warnings += s.notes
+        s.notes = []
+        self.count("DO %s %s%s" % (mode, level, " failing" if fails else ""))
+        text, rows, state, notices = self.sql(i, q)
+        res = Outcome(value=None, warnings=out.warnings)
+        self.compare("S%d" % i, text, res, rows, state, notices)
+        if out.token_above is not None:
+            # The write token: from the view if held still, else from Redis.
+            if name in s.recs:
+                text, rows, _, _ = self.sql(
+                    i, "SELECT max(token) FROM redis_held_locks WHERE name = %s", (name,))
+                token = rows[0][0]
+            else:
+                token = int(self.r.hget(hash_key(name), "f"))
+            self.check_token(short_sql(text), out, token)
+            s.granted(name, token, W)
+        elif out.tokens is not None:
+            s.granted(name, max(out.tokens), R)
+
     def step_unlock(self, i):
         s, rnd = self.sessions[i], self.rnd
         held = [n for n, r in s.recs.items() if r.stack]
@@ -514,8 +569,11 @@ class Driver:
                            1.5, 1, 0.5]
             ch = rnd.choices(kinds, weights)[0]
         if ch == "lock":
-            if rnd.random() < 0.05:
+            x = rnd.random()
+            if x < 0.05:
                 return self.step_partial(i)
+            if x < 0.10:
+                return self.step_do(i)
             return self.step_lock(i)
         if ch == "unlock":
             return self.step_unlock(i)

@@ -203,6 +203,7 @@ class Session:
         # room reserved for xact holds, as held_reserve_xact grows it.
         self.cap_xact = 0
         self.notes = []          # warnings of the call in progress
+        self.cursor = None       # an open cursor of lock calls: its dict
 
     # ---- state ----
     def level(self):
@@ -414,6 +415,7 @@ class Session:
 
     def end_block(self, now):
         """COMMIT, ROLLBACK (and COMMIT of an aborted block)."""
+        self.cursor = None
         self._release_xact(1, now)
         self.in_block, self.aborted, self.savepoints = False, False, []
         return self.outcome(value=None)
@@ -428,6 +430,8 @@ class Session:
         """ROLLBACK TO the j-th savepoint: its level and deeper abort, it
         stays (restarted)."""
         self._release_xact(j + 2, now)
+        if self.cursor and self.cursor["level"] >= j + 2:
+            self.cursor = None               # declared in what rolled back
         del self.savepoints[j + 1:]
         self.aborted = False
         return self.outcome(value=None)
@@ -437,6 +441,8 @@ class Session:
             return Outcome(sqlstate="25P02")
         for r in self.recs.values():
             r.xact = [(m, min(lv, j + 1)) for m, lv in r.xact]
+        if self.cursor:
+            self.cursor["level"] = min(self.cursor["level"], j + 1)
         del self.savepoints[j:]
         return Outcome(value=None)
 
@@ -461,6 +467,7 @@ class Session:
             r.stack, r.xact = [], []
             self._sync(name, now)
         self.notes = []
+        self.cursor = None
         self.in_block, self.aborted, self.savepoints = False, False, []
 
 

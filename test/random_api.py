@@ -509,6 +509,50 @@ class Driver:
         elif out.tokens is not None:
             s.granted(name, max(out.tokens), R)
 
+    def step_cursor(self, i):
+        """A cursor of lock calls in a block: each FETCH takes its holds at
+        the (sub)transaction level of the FETCH, not of the DECLARE."""
+        s, rnd = self.sessions[i], self.rnd
+        c = s.cursor
+        if c is None:
+            name = self.pick_name()
+            mode = R if rnd.random() < 0.6 else W
+            level = "session" if rnd.random() < 0.4 else "xact"
+            n = rnd.randint(3, 10)
+            fn = "redis_%slock%s" % (mode, "_xact" if level == "xact" else "")
+            q = "DECLARE rc CURSOR FOR SELECT %s(%%s) FROM generate_series(1, %d)" % (fn, n)
+            s.cursor = {"name": name, "mode": mode, "level": s.level(), "lock_level": level,
+                        "left": n}
+            self.count("DECLARE")
+            text, rows, state, notices = self.sql(i, q, (name,))
+            self.compare("S%d" % i, text, Outcome(value=None), rows, state, notices)
+            return
+        name, mode, level = c["name"], c["mode"], c["lock_level"]
+        k = rnd.randint(1, c["left"]) if c["left"] else 0
+        if (not k or rnd.random() < 0.15 or not s.grantable(name, mode) or
+                (name in s.recs and s.recs[name].lost) or
+                ("STACK" in s.known and not s.safe_to_stack(name, mode, level, k)) or
+                len(self.model.locks[name].expected_read_tokens(time.time())) > 1):
+            s.cursor = None
+            self.count("CLOSE")
+            text, rows, state, notices = self.sql(i, "CLOSE rc")
+            self.compare("S%d" % i, text, Outcome(value=None), rows, state, notices)
+            return
+        if s.want(name, mode) == W:
+            self.wait_turn(name)
+        out = s.lock(name, mode, level, False, True, k, time.time())
+        c["left"] -= k
+        self.count("FETCH")
+        text, rows, state, notices = self.sql(i, "FETCH %d FROM rc" % k)
+        self.compare("S%d" % i, text, out, rows, state, notices)
+        tokens = {t for (t,) in rows}
+        self.check(len(rows) == k and len(tokens) == 1, "%s: %d rows, tokens %s"
+                   % (text, len(rows), tokens))
+        token = tokens.pop()
+        self.check_token(text, out, token)
+        if out.token_above is not None or out.tokens is not None:
+            s.granted(name, token, W if out.token_above is not None else R)
+
     def step_unlock(self, i):
         s, rnd = self.sessions[i], self.rnd
         held = [n for n, r in s.recs.items() if r.stack]
@@ -574,6 +618,8 @@ class Driver:
                 return self.step_partial(i)
             if x < 0.10:
                 return self.step_do(i)
+            if x < 0.16 and s.in_block and not s.aborted:
+                return self.step_cursor(i)
             return self.step_lock(i)
         if ch == "unlock":
             return self.step_unlock(i)

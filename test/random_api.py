@@ -529,10 +529,12 @@ class Driver:
             return
         name, mode, level = c["name"], c["mode"], c["lock_level"]
         k = rnd.randint(1, c["left"]) if c["left"] else 0
-        if (not k or rnd.random() < 0.15 or not s.grantable(name, mode) or
-                (name in s.recs and s.recs[name].lost) or
-                ("STACK" in s.known and not s.safe_to_stack(name, mode, level, k)) or
-                len(self.model.locks[name].expected_read_tokens(time.time())) > 1):
+        if k and not (s.grantable(name, mode) and
+                      not (name in s.recs and s.recs[name].lost) and
+                      ("STACK" not in s.known or s.safe_to_stack(name, mode, level, k)) and
+                      len(self.model.locks[name].expected_read_tokens(time.time())) == 1):
+            return self.step_lock(i)    # a FETCH that would fail or is unsure: later
+        if not k or rnd.random() < 0.15:
             s.cursor = None
             self.count("CLOSE")
             text, rows, state, notices = self.sql(i, "CLOSE rc")
@@ -595,6 +597,8 @@ class Driver:
     def step_sql(self, i):
         s, rnd = self.sessions[i], self.rnd
         now = time.time
+        if s.cursor and not s.aborted and rnd.random() < 0.5:
+            return self.step_cursor(i)
         if s.aborted:
             ch = rnd.choices(["rollback", "commit", "rollback_to", "lock", "unlock",
                               "savepoint", "error"], [3, 1, 4 if s.savepoints else 0,
@@ -709,7 +713,7 @@ class Driver:
 
     def step_upgrade_conflict(self):
         """Two sessions that hold the read lock both ask for the write lock:
-        A with redis_try_wlock(name, '1s') (in a thread), B 200 ms later.
+        A with redis_try_wlock(name, '1s') (in a thread), B once A waits.
         B is the second to ask: 40P01 at once (false from a try form); A
         then gets the lock if B's error let go of B's read holds and nobody
         else holds the name, else false when its second has run out."""
@@ -743,7 +747,15 @@ class Driver:
 
         th = threading.Thread(target=run_a)
         th.start()
-        time.sleep(0.2)
+        # B asks once A waits (its first try made it the upgrader).
+        cur = self.control.cursor()
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:
+            cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                        (sa.pid,))
+            if cur.fetchone()[0] == "Extension":
+                break
+            time.sleep(0.005)
         fb = "redis_%swlock%s" % ("try_" if b_try else "", "_xact" if b_level == "xact" else "")
         qb = "SELECT %s(%%s%s)" % (fb, ", '50ms'" if b_try else "")
         out_b = sb.lock(name, W, b_level, b_try, True, 1, time.time())

@@ -168,8 +168,7 @@ class Driver:
             rows = cur.fetchall() if cur.description else None
             state = None
         except psycopg2.Error as e:
-            if e.pgcode is None or isinstance(e, (psycopg2.OperationalError,
-                                                  psycopg2.InterfaceError)) and e.pgcode is None:
+            if e.pgcode is None:         # the connection is gone
                 raise CrashFailure("session S%d (pid %d) lost its connection on %s: %s"
                                    % (i, self.sessions[i].pid, short_sql(text), e))
             rows, state = None, e.pgcode
@@ -895,6 +894,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--steps", type=int, default=int(os.environ.get("RANDOM_API_STEPS", "3000")))
+    ap.add_argument("--progress", type=int, default=0, metavar="N",
+                    help="print a line every N steps")
     ap.add_argument("--no-deep", dest="deep", action="store_false",
                     help="no statements of 100-150 stacked calls")
     ap.add_argument("--forget", type=float, default=0.005,
@@ -920,6 +921,9 @@ def main():
                   "is not checked")
         while d.step_no < args.steps:
             d.step()
+            if args.progress and d.step_no % args.progress == 0:
+                print("random_api: step %d, %.0f s, %d passed" % (
+                    d.step_no, time.monotonic() - t0, d.passed), flush=True)
         d.finish()
     except Failure as e:
         rc = 1

@@ -30,9 +30,6 @@ my $user = 'rwuser';
 my $default_port = 6379;
 
 # ---- Redis servers -----------------------------------------------------
-my %mine;    # port => pid: started here, stopped at the end (by signal:
-			 # the test may die with the password changed)
-END { kill 'TERM', $_ for values %mine; }
 
 sub acli
 {
@@ -50,31 +47,10 @@ sub acli
 # A Redis whose default user is off: only rwuser, with its password, gets in.
 sub acl_redis_start
 {
-	my ($port) = @_;
-	for my $p (6382 .. 6389)
-	{
-		next if $mine{$p} || !RwlockTest::port_free($p);
-		$port = $p;
-		last;
-	}
-	my $dir = "$PostgreSQL::Test::Utils::tmp_check/redis$port";
-	mkdir $dir;
-	system('redis-server', '--port', $port, '--bind', '127.0.0.1',
-		'--user', $user, 'on', ">$pw", '~*', '&*', '+@all', '--user', 'default', 'off',
-		'--save', '', '--appendonly', 'no', '--dir', $dir,
-		'--daemonize', 'yes', '--pidfile', "$dir/redis.pid",
-		'--logfile', "$dir/redis.log") == 0
-	  or die "redis-server failed to start";
-	for (1 .. 100)
-	{
-		if (acli($port, 'PING') eq 'PONG')
-		{
-			$mine{$port} = slurp_file("$dir/redis.pid") + 0;
-			return $port;
-		}
-		sleep 0.05;
-	}
-	die "redis-server on port $port did not answer";
+	return redis_spawn(
+		args => [ '--user', $user, 'on', ">$pw", '~*', '&*', '+@all', '--user', 'default', 'off' ],
+		ready => sub { acli($_[0], 'PING') eq 'PONG' },
+		by_signal => 1);
 }
 
 my $port = acl_redis_start();

@@ -40,7 +40,9 @@
  *	               redis+sentinel:// endpoint (ep->resolve), which
  *	               redis_conn.c calls when it connects to such a node
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
- *	               latch, deadlines, interrupts
+ *	               latch, deadlines, interrupts; what a new connection
+ *	               checks (ROLE of a Sentinel-named master before AUTH, an
+ *	               evicting maxmemory-policy, the lock channels' ACL)
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
  *	               reads and writes, what a failure means
  *	  guc.c        the rwlock.* settings; settings refused when the library

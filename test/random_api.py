@@ -38,6 +38,7 @@ import argparse
 import os
 import random
 import sys
+import threading
 import time
 import traceback
 
@@ -115,7 +116,8 @@ class Driver:
         self.max_depth = 0
         self.redis_retries = 0
         self.sp_counter = 0
-        self.control = psycopg2.connect("", application_name="random_api control")
+        self.control = psycopg2.connect("", application_name="random_api control",
+                                        options="-c rwlock.redis_url=%s" % srv.url)
         self.control.autocommit = True
         cur = self.control.cursor()
         cur.execute("CREATE EXTENSION IF NOT EXISTS rwlock")
@@ -287,6 +289,25 @@ class Driver:
                                                           if f[:2] in (b"i:", b"u"))))
         return problems
 
+    def check_lock_info(self):
+        """redis_lock_info(name) of every name, as the model has them."""
+        cur = self.control.cursor()
+        for n in NAMES:
+            ls = self.model.locks[n]
+            cur.execute("SELECT state, token, writer, readers, waiting "
+                        "FROM redis_lock_info(%s)", (n,))
+            state, token, writer, readers, waiting = cur.fetchone()
+            mw = [o for o, m in ls.holders.items() if m == W]
+            mr = sorted(o for o, m in ls.holders.items() if m == R)
+            want = ("write" if mw else "read" if mr else "free", mw[0] if mw else None, mr)
+            got = (state, writer, sorted(readers or []))
+            self.check(got == want, "redis_lock_info(%s) is %s, the model %s"
+                       % (short(n), got, want))
+            self.check(not waiting, "redis_lock_info(%s) shows waiting %s" % (short(n), waiting))
+            if ls.token_kept and ls.token_known and (ls.holders or token):
+                self.check(token == ls.last_token, "redis_lock_info(%s): token %s, the "
+                           "model's %d" % (short(n), token, ls.last_token))
+
     def check_redis(self):
         """Releases at transaction end, redis_unlock_all and exit are sent
         without waiting for their answers: give Redis a moment."""
@@ -306,11 +327,12 @@ class Driver:
     def after_step(self, i):
         if i is not None and self.conns[i] is not None:
             self.check_held(i)
+        self.check_locks()
+        self.check_redis()
         if self.step_no % CHECK_ALL == 0:
             for j in range(SESSIONS):
                 self.check_held(j)
-        self.check_locks()
-        self.check_redis()
+            self.check_lock_info()
 
     # ---- the steps ----
     def pick_name(self):
@@ -393,6 +415,43 @@ class Driver:
         if out.token_above is not None or out.tokens is not None:
             s.granted(name, token, W if out.token_above is not None else R)
 
+    def step_partial(self, i):
+        """A statement that takes k holds and then fails (22012): session
+        holds stay, xact holds go with the (sub)transaction, as advisory
+        locks do."""
+        s, rnd = self.sessions[i], self.rnd
+        name = self.pick_name()
+        mode = R if rnd.random() < 0.7 else W
+        level = "session" if rnd.random() < 0.5 else "xact"
+        k = rnd.randint(1, 4)
+        if (s.aborted or not s.grantable(name, mode) or
+                (name in s.recs and s.recs[name].lost) or
+                ("STACK" in s.known and not s.safe_to_stack(name, mode, level, k)) or
+                (mode == W and (level == "xact" or s.in_block)) or
+                len(self.model.locks[name].expected_read_tokens(time.time())) > 1):
+            return self.step_lock(i)     # its token could not be seen
+        if s.want(name, mode) == W:
+            self.wait_turn(name)
+        fn = "redis_%slock%s" % (mode, "_xact" if level == "xact" else "")
+        q = ("SELECT CASE WHEN g <= %d THEN %s(%%s) ELSE 1 / (g - g) END "
+             "FROM generate_series(1, %d) g" % (k, fn, k + 1))
+        now = time.time()
+        out = s.lock(name, mode, level, False, True, k, now)
+        grant = out
+        out = s.error(now)
+        out.warnings = grant.warnings + out.warnings
+        self.count("partial %s %s" % (mode, level))
+        text, rows, state, notices = self.sql(i, q, (name,))
+        self.compare("S%d" % i, text, out, rows, state, notices)
+        if grant.token_above is not None:
+            # A session-level write outside a block: its token, from the view.
+            text, rows, state, notices = self.sql(
+                i, "SELECT max(token) FROM redis_held_locks WHERE name = %s", (name,))
+            self.check_token(short_sql(text), grant, rows[0][0])
+            s.granted(name, rows[0][0], W)
+        elif grant.tokens is not None:
+            s.granted(name, max(grant.tokens), R)    # the read token, unseen
+
     def step_unlock(self, i):
         s, rnd = self.sessions[i], self.rnd
         held = [n for n, r in s.recs.items() if r.stack]
@@ -453,6 +512,8 @@ class Driver:
                            1.5, 1, 0.5]
             ch = rnd.choices(kinds, weights)[0]
         if ch == "lock":
+            if rnd.random() < 0.05:
+                return self.step_partial(i)
             return self.step_lock(i)
         if ch == "unlock":
             return self.step_unlock(i)
@@ -540,6 +601,70 @@ class Driver:
             self.check(rows[0][0] == out.value, "%s: returned %s, expected %s"
                        % (text, rows[0][0], out.value))
 
+    def step_upgrade_conflict(self):
+        """Two sessions that hold the read lock both ask for the write lock:
+        A with redis_try_wlock(name, '1s') (in a thread), B 200 ms later.
+        B is the second to ask: 40P01 at once (false from a try form); A
+        then gets the lock if B's error let go of B's read holds and nobody
+        else holds the name, else false when its second has run out."""
+        rnd = self.rnd
+        cands = []
+        for n in NAMES:
+            readers = [i for i, s in enumerate(self.sessions)
+                       if not s.aborted and n in s.recs and s.recs[n].redis_mode == R
+                       and not s.recs[n].lost]
+            if len(readers) >= 2:
+                cands.append((n, readers))
+        if not cands:
+            return False
+        name, readers = rnd.choice(cands)
+        a, b = rnd.sample(readers, 2)
+        sa, sb = self.sessions[a], self.sessions[b]
+        a_level = rnd.choice(["session", "xact"])
+        b_level = rnd.choice(["session", "xact"])
+        b_try = rnd.random() < 0.3
+        self.count("upgrade conflict")
+        self.wait_turn(name)
+        qa = ("WITH c AS MATERIALIZED (SELECT redis_try_wlock%s(%%s, '1s') t) SELECT t, "
+              "(SELECT max(token) FROM redis_held_locks WHERE name = %%s) FROM c"
+              % ("_xact" if a_level == "xact" else ""))
+        res = {}
+
+        def run_a():
+            t = time.monotonic()
+            res["a"] = self.sql(a, qa, (name, name))
+            res["a_s"] = time.monotonic() - t
+
+        th = threading.Thread(target=run_a)
+        th.start()
+        time.sleep(0.2)
+        fb = "redis_%swlock%s" % ("try_" if b_try else "", "_xact" if b_level == "xact" else "")
+        qb = "SELECT %s(%%s%s)" % (fb, ", '50ms'" if b_try else "")
+        out_b = sb.lock(name, W, b_level, b_try, True, 1, time.time())
+        if not b_try:
+            out_b.sqlstate = "40P01"            # not 55P03: it does not wait
+        text_b, rows_b, state_b, notices_b = self.sql(b, qb, (name,))
+        th.join(10)
+        self.check(not th.is_alive(), "S%d: redis_try_wlock(%s, '1s') still running after "
+                   "10 s" % (a, short(name)))
+        text_a, rows_a, state_a, notices_a = res["a"]
+        if state_b == "55P03" and res["a_s"] < 0.15:
+            # A's first try came after B's: A was the second (false at once).
+            self.count("upgrade conflict, order swapped")
+            state_b = "40P01"
+        self.compare("S%d" % b, text_b, out_b, rows_b, state_b, notices_b)
+        if b_try:
+            self.check(rows_b[0][0] is False, "%s: %s, expected false" % (text_b, rows_b))
+        out_a = sa.lock(name, W, a_level, True, True, 1, time.time())
+        self.compare("S%d" % a, text_a, out_a, rows_a, state_a, notices_a)
+        got, token = rows_a[0]
+        self.check(got == out_a.value, "%s: %s, expected %s" % (short_sql(text_a), got,
+                                                                out_a.value))
+        if got:
+            self.check_token(short_sql(text_a), out_a, token)
+            sa.granted(name, token, W)
+        return True
+
     def step_python(self):
         rnd, py = self.rnd, self.py
         if py.locks and rnd.random() < 0.5:
@@ -602,6 +727,8 @@ class Driver:
             i = None
         elif x < 0.004 + self.args.forget:
             self.step_forget()
+            i = None
+        elif x < 0.019 + self.args.forget and self.step_upgrade_conflict():
             i = None
         elif x < 0.10:
             self.step_python()

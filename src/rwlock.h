@@ -642,6 +642,7 @@ typedef struct RwHeld
 	RwMode	   *stack;			/* modes of session holds, oldest first */
 	int			stack_len;
 	int			stack_cap;
+	uint64		end_gen;		/* held.c: released at this transaction end */
 	RwMode		redis_mode;		/* what Redis has for this session */
 	int64		token;
 	TimestampTz acquired;

@@ -35,6 +35,7 @@ known bug (see KNOWN). Prints "random_api: N passed, N failed" (checks).
 Starts its own redis-server (6393 if free; $RWLOCK_RANDOM_REDIS_PORT).
 """
 import argparse
+import collections
 import os
 import random
 import sys
@@ -134,6 +135,9 @@ class Driver:
             "", application_name="random_api S%d" % i,
             options="-c rwlock.redis_url=%s -c lock_timeout=%s" % (self.srv.url, LOCK_TIMEOUT))
         conn.autocommit = True
+        # Every notice of a statement: a list would keep only the last 50
+        # (psycopg2), and a statement of 150 calls may warn 150 times.
+        conn.notices = collections.deque()
         cur = conn.cursor()
         cur.execute("SELECT pg_backend_pid()")
         pid = cur.fetchone()[0]
@@ -159,7 +163,7 @@ class Driver:
         """Run query in session i: (rows or None, sqlstate or None, notices)."""
         conn = self.conns[i]
         cur = conn.cursor()
-        del conn.notices[:]
+        conn.notices.clear()
         text = cur.mogrify(query, params).decode("utf-8", "replace")
         try:
             cur.execute(query, params)
@@ -172,7 +176,7 @@ class Driver:
                                    % (i, self.sessions[i].pid, short_sql(text), e))
             rows, state = None, e.pgcode
         notices = list(conn.notices)
-        del conn.notices[:]
+        conn.notices.clear()
         return text, rows, state, notices
 
     def compare(self, who, text, out, rows, state, notices):

@@ -48,6 +48,6 @@ CHAOS_CLUSTER=1 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 # extra warnings it accepts; drop each when its fix is in (test/random_api.py
 # KNOWN says which).
 pg_virtualenv -t -o shared_preload_libraries=rwlock /usr/bin/python3 test/random_api.py \
-  --skip-known STACK --skip-known LOSTWARN || status=1
+  || status=1
 bash test/tap.sh || status=1
 exit $status

@@ -4,7 +4,7 @@
 // repository), on ioredis.
 //
 //   const Redis = require('ioredis');
-//   const { Locks } = require('rwlock');
+//   const { Locks } = require('pg-rwlock-redis');
 //   const locks = new Locks(new Redis());
 //   const lk = locks.writeLock('invoice:42', { timeout: 10000 });
 //   const token = await lk.acquire();

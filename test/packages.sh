@@ -19,6 +19,17 @@ fail=0
 /usr/bin/python3 -m venv --system-site-packages "$TMP/venv"
 "$TMP/venv/bin/pip" install -q --no-build-isolation --no-index "$ROOT/clients/python"
 rm -rf "$ROOT/clients/python/build" "$ROOT"/clients/python/*.egg-info
+# The licence: the repository's LICENSE, the same in both packages, in the
+# sdist, in the installed distribution and in the npm tarball.
+for f in clients/python/LICENSE clients/node/LICENSE; do
+  cmp -s LICENSE "$f" || { echo "packages: $f is not the repository's LICENSE"; fail=1; }
+done
+(cd clients/python && /usr/bin/python3 setup.py -q sdist -d "$TMP/sdist" >/dev/null 2>&1)
+rm -rf "$ROOT/clients/python/build" "$ROOT"/clients/python/*.egg-info
+tar tzf "$TMP"/sdist/rwlock-client-*.tar.gz | grep '^rwlock-client-[^/]*/LICENSE$' >/dev/null ||
+  { echo "packages: no LICENSE in the sdist"; fail=1; }
+ls "$TMP"/venv/lib/python3*/site-packages/rwlock_client-*.dist-info/LICENSE >/dev/null 2>&1 ||
+  { echo "packages: no LICENSE in the installed rwlock-client"; fail=1; }
 (cd "$TMP" && "$TMP/venv/bin/python" - "$ROOT" <<'PY') || fail=1
 import os, sys
 import rwlock_client as rw
@@ -32,16 +43,22 @@ print("packages: pip install ./clients/python: rwlock_client with its scripts in
 PY
 
 (cd clients/node && npm pack --silent --pack-destination "$TMP" >/dev/null)
+tar tzf "$TMP"/pg-rwlock-redis-*.tgz | grep -x 'package/LICENSE' >/dev/null ||
+  { echo "packages: no LICENSE in the npm tarball"; fail=1; }
 mkdir "$TMP/app"
+IOREDIS=$(node -p "require('./clients/node/package-lock.json').packages['node_modules/ioredis'].version")
 (cd "$TMP/app" && npm init -y >/dev/null &&
- npm install --prefer-offline --no-audit --no-fund --silent "$TMP"/rwlock-*.tgz &&
+ npm install --prefer-offline --no-audit --no-fund --silent "ioredis@$IOREDIS" "$TMP"/pg-rwlock-redis-*.tgz &&
  node -e '
-const rw = require("rwlock"); const fs = require("fs"); const path = require("path");
+const rw = require("pg-rwlock-redis"); const fs = require("fs"); const path = require("path");
 const d = rw.defaultLuaDir();
 if (!d.startsWith(path.join(process.cwd(), "node_modules"))) throw new Error("scripts not from the package: " + d);
 for (const s of rw.SCRIPTS) if (!fs.readFileSync(path.join(d, s + ".lua")).equals(fs.readFileSync(path.join(process.argv[1], "lua", s + ".lua")))) throw new Error(s + ".lua differs");
-console.log("packages: npm pack clients/node: rwlock with its scripts in " + d);
-' "$ROOT") || fail=1
+console.log("packages: npm pack clients/node: pg-rwlock-redis with its scripts in " + d);
+' "$ROOT" &&
+ # ioredis is a peer dependency: the service's own copy, never a second one
+ # nested in the package (whose types would not match the service's).
+ [ -d node_modules/ioredis ] && [ ! -e node_modules/pg-rwlock-redis/node_modules/ioredis ]) || fail=1
 [ -e clients/node/lua ] && { echo "packages: clients/node/lua left behind by npm pack"; fail=1; }
 [ $fail = 0 ] && echo "packages: ok" || echo "packages: FAILED"
 exit $fail

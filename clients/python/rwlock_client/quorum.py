@@ -115,16 +115,18 @@ class QuorumClient(Client):
                    **kwargs)
 
     def write_lock(self, name: str, lease: Optional[float] = None,
-                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                   raise_on_lost: bool = True):
         """A Lock for the write lock of `name`; its lease capped at max_lease."""
         return super().write_lock(name, min(lease or self.lease, self.max_lease),
-                                  timeout, on_lost)
+                                  timeout, on_lost, raise_on_lost)
 
     def read_lock(self, name: str, lease: Optional[float] = None,
-                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                  raise_on_lost: bool = True):
         """A Lock for the read lock of `name`; its lease capped at max_lease."""
         return super().read_lock(name, min(lease or self.lease, self.max_lease),
-                                 timeout, on_lost)
+                                 timeout, on_lost, raise_on_lost)
 
     def info(self, name: str) -> Dict[str, Any]:
         """The lock as a majority of the masters has it (docs/protocol.md

@@ -11,7 +11,7 @@ against real servers on 127.0.0.1 (no PostgreSQL needed):
 - from_url / Locks.fromUrl on every form of rwlock.redis_url, each with a
   hand-off that waits: redis://, unix://, redis+cluster:// (three masters),
   redis+sentinel:// (a sentinel in front of a master), and three URLs (a
-  quorum: Python's QuorumClient; refused by Node and by AsyncClient).
+  quorum: Python's QuorumClient and AsyncQuorumClient; refused by Node).
 
 Needs `npm ci` in clients/node. Starts its servers on free ports from 6440
 on; prints "clients_api: N passed, N failed".
@@ -162,6 +162,37 @@ def handoff(res, label, client):
         res.check(label, False, repr(e))
 
 
+async def aio_quorum(res, q, servers):
+    """AsyncClient.from_url(three URLs): an AsyncQuorumClient that hands a
+    lock over, lets go of what a cancelled wait gets, and reports a loss."""
+    res.check("AsyncClient.from_url(three URLs) gives an AsyncQuorumClient",
+              isinstance(q, rw.AsyncQuorumClient))
+    a, b = q.write_lock("api:aq"), q.write_lock("api:aq")
+    t1 = await a.acquire(timeout=5)
+    asyncio.get_running_loop().call_later(0.1, lambda: asyncio.ensure_future(a.release()))
+    t2 = await b.acquire(timeout=5)
+    res.check("AsyncQuorumClient: a hand-off, tokens %d < %d" % (t1, t2), t2 > t1)
+    c = q.write_lock("api:aq")
+    waiter = asyncio.ensure_future(c.acquire(timeout=5))
+    await asyncio.sleep(0.2)
+    waiter.cancel()
+    await b.release()       # the cancelled wait's thread gets it, and lets go
+    free = False
+    for _ in range(50):
+        await asyncio.sleep(0.05)
+        if (await q.info("api:aq"))["state"] == "free":
+            free = True
+            break
+    res.check("AsyncQuorumClient: a cancelled wait lets go of what it gets", free and not c.held)
+    try:
+        async with q.write_lock("api:aq-lost"):
+            for s in servers:
+                lose(s.redis(), "api:aq-lost")
+        res.check("AsyncQuorumClient: async with a lost lock raises LockLost", False, "no error")
+    except rw.LockLost:
+        res.check("AsyncQuorumClient: async with a lost lock raises LockLost", True)
+
+
 def error_names():
     return sorted(n for n in dir(rw) if isinstance(getattr(rw, n), type)
                   and issubclass(getattr(rw, n), rw.RWLockError))
@@ -226,11 +257,7 @@ def main():
                 t2 = await b.acquire(timeout=5)
                 res.check("AsyncClient.from_url(%s): a hand-off, tokens %d < %d" % (label, t1, t2),
                           t2 > t1 and await b.release())
-            try:
-                AsyncClient.from_url(urls["quorum"])
-                res.check("AsyncClient.from_url(three URLs): ValueError", False, "accepted")
-            except ValueError:
-                res.check("AsyncClient.from_url(three URLs): ValueError", True)
+            await aio_quorum(res, AsyncClient.from_url(urls["quorum"], max_lease=60.0), quorum)
         try:
             asyncio.run(aio_urls())
         except Exception as e:      # noqa: BLE001

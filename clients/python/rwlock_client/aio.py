@@ -50,8 +50,8 @@ class AsyncClient(BaseClient):
 
     @classmethod
     def _quorum_class(cls) -> Any:
-        raise ValueError("several Redis URLs name a quorum, which the asyncio client "
-                         "does not serve: use the synchronous rwlock_client.QuorumClient")
+        from .quorum import AsyncQuorumClient
+        return AsyncQuorumClient
 
     @staticmethod
     def _cluster_redis(url: str, **kwargs: Any) -> Any:

@@ -7,7 +7,10 @@
 #   (ioredis from npm's cache where it can be, else from the registry, as
 #   `npm ci` in clients/node got it: npm 11's --offline refuses a
 #   dependency whose registry metadata the cache lacks, and `npm ci` caches
-#   the tarballs only).
+#   the tarballs only), then its TypeScript declarations checked with tsc
+#   against that project's own ioredis (typescript and @types/node are
+#   clients/node's devDependencies);
+# - the repository's LICENSE in both packages (sdist, install, tarball).
 # Prints "packages: ok" or what failed; exits non-zero on a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,7 +61,32 @@ console.log("packages: npm pack clients/node: pg-rwlock-redis with its scripts i
 ' "$ROOT" &&
  # ioredis is a peer dependency: the service's own copy, never a second one
  # nested in the package (whose types would not match the service's).
- [ -d node_modules/ioredis ] && [ ! -e node_modules/pg-rwlock-redis/node_modules/ioredis ]) || fail=1
+ [ -d node_modules/ioredis ] && [ ! -e node_modules/pg-rwlock-redis/node_modules/ioredis ] &&
+ # The declarations type-check against the service's own ioredis (tsc and
+ # @types/node are clients/node's devDependencies, from its npm ci).
+ cat > app.ts <<'TS' &&
+import Redis, { Cluster } from 'ioredis';
+import { Locks, LockLost, LockTimeout, LockTimeoutError, NotHeld, RWLockError } from 'pg-rwlock-redis';
+async function main(): Promise<void> {
+  const redis = new Redis('redis://127.0.0.1:6379/0');
+  const locks = new Locks(redis, { prefix: 'rwlock', lease: 30000 });
+  const onCluster = new Locks(new Cluster([{ host: '127.0.0.1', port: 6379 }]));
+  const fromUrl: Locks = Locks.fromUrl('redis+cluster://127.0.0.1:6379/');
+  const total: number = await locks.using('invoice:42', 'w', async (signal: AbortSignal, lock) => {
+    if (signal.aborted) throw signal.reason;
+    return lock.token ?? 0;
+  }, { timeout: 10000, onLostError: true });
+  const lk = locks.readLock('invoice:42', { onLost: (l) => console.log(l.name) });
+  const token: number = await lk.acquire(1000);
+  const e: LockTimeoutError = new LockTimeout('x');
+  if (e instanceof LockLost || e instanceof NotHeld || e instanceof RWLockError) console.log(total, token);
+  await locks.releaseAll(); await onCluster.close(); await fromUrl.close();
+}
+main();
+TS
+ node "$ROOT/clients/node/node_modules/typescript/bin/tsc" --noEmit --strict --esModuleInterop \
+   --module commonjs --target es2020 --types node --typeRoots "$ROOT/clients/node/node_modules/@types" app.ts &&
+ echo "packages: the declarations type-check against the service's ioredis (tsc --strict)") || fail=1
 [ -e clients/node/lua ] && { echo "packages: clients/node/lua left behind by npm pack"; fail=1; }
 [ $fail = 0 ] && echo "packages: ok" || echo "packages: FAILED"
 exit $fail

@@ -11,7 +11,10 @@ against real servers on 127.0.0.1 (no PostgreSQL needed):
 - from_url / Locks.fromUrl on every form of rwlock.redis_url, each with a
   hand-off that waits: redis://, unix://, redis+cluster:// (three masters),
   redis+sentinel:// (a sentinel in front of a master), and three URLs (a
-  quorum: Python's QuorumClient and AsyncQuorumClient; refused by Node).
+  quorum: Python's QuorumClient and AsyncQuorumClient; refused by Node);
+- a Node process on a Cluster (whose subscriber socket is not ours to
+  unref) that waited ends by itself once the subscriber's idle second is
+  over.
 
 Needs `npm ci` in clients/node. Starts its servers on free ports from 6440
 on; prints "clients_api: N passed, N failed".
@@ -193,6 +196,44 @@ async def aio_quorum(res, q, servers):
         res.check("AsyncQuorumClient: async with a lost lock raises LockLost", True)
 
 
+NODE_EXITS = r"""
+const path = require('path');
+const rw = require(path.join(process.argv[1], 'clients', 'node'));
+const Redis = require(path.join(process.argv[1], 'clients', 'node', 'node_modules', 'ioredis'));
+(async () => {
+  const nodes = process.argv[2].replace(/^redis\+cluster:\/\//, '').replace(/\/$/, '').split(',')
+    .map((hp) => ({ host: hp.split(':')[0], port: Number(hp.split(':')[1]) }));
+  const c = new Redis.Cluster(nodes);
+  const locks = new rw.Locks(c);
+  const a = locks.writeLock('api:exit'), b = locks.writeLock('api:exit');
+  await a.acquire();
+  setTimeout(() => a.release(), 200);
+  await b.acquire(5000);                      // waits: the cluster subscriber
+  await b.release();
+  await c.quit();                             // its own connection; no locks.close()
+  console.log('done');
+})();
+"""
+
+
+def node_cluster_exits(res, url):
+    """On a Cluster (whose subscriber socket cannot be unref'd) a Node
+    process that waited ends once the subscriber's idle second is over."""
+    p = subprocess.Popen(["node", "-e", NODE_EXITS, ROOT, url], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    first = p.stdout.readline()
+    t = time.monotonic()
+    try:
+        rest = p.communicate(timeout=10)[0]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rest = p.communicate()[0]
+    took = time.monotonic() - t
+    res.check("node on a Cluster: a process that waited ends by itself, %.1f s after "
+              "its work, without close()" % took,
+              first.strip() == "done" and p.returncode == 0 and took < 4.0, first + rest)
+
+
 def error_names():
     return sorted(n for n in dir(rw) if isinstance(getattr(rw, n), type)
                   and issubclass(getattr(rw, n), rw.RWLockError))
@@ -263,6 +304,7 @@ def main():
         except Exception as e:      # noqa: BLE001
             res.check("AsyncClient.from_url", False, repr(e))
 
+        node_cluster_exits(res, urls["cluster"])
         p = subprocess.run(["node", os.path.join(HERE, "clients_api.js"), json.dumps(urls)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         node_errors = None

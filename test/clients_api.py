@@ -120,6 +120,44 @@ def scoped(res, r):
     asyncio.run(aio())
 
 
+def unreachable(res):
+    """Redis gone past the lease's end: the with block ends in LockLost (its
+    cause the connection error), sync and asyncio."""
+    srv = RedisServer(6470, prefix="rwlock-api-gone-")
+    kw = dict(port=srv.port, socket_connect_timeout=0.5, socket_timeout=0.5)
+    locks = rw.Client(redis.Redis(**kw))
+    logging.getLogger("rwlock_client").setLevel(logging.CRITICAL)   # the renewals' failures
+    try:
+        try:
+            with locks.write_lock("api:gone", lease=0.6):
+                srv.stop()
+                time.sleep(0.9)
+            res.check("with: Redis gone past the lease: LockLost", False, "no error")
+        except rw.LockLost as e:
+            res.check("with: Redis gone past the lease: LockLost (cause: %r)" % e.__cause__,
+                      isinstance(e.__cause__, redis.exceptions.ConnectionError))
+        except redis.exceptions.RedisError as e:
+            res.check("with: Redis gone past the lease: LockLost", False, repr(e))
+        srv2 = RedisServer(6470, prefix="rwlock-api-gone-")
+
+        async def aio():
+            alocks = AsyncClient(__import__("redis.asyncio", fromlist=["Redis"]).Redis(
+                port=srv2.port, socket_connect_timeout=0.5, socket_timeout=0.5))
+            try:
+                async with alocks.write_lock("api:agone", lease=0.6):
+                    srv2.stop()
+                    await asyncio.sleep(0.9)
+                res.check("async with: Redis gone past the lease: LockLost", False, "no error")
+            except rw.LockLost as e:
+                res.check("async with: Redis gone past the lease: LockLost",
+                          isinstance(e.__cause__, redis.exceptions.ConnectionError))
+            except redis.exceptions.RedisError as e:
+                res.check("async with: Redis gone past the lease: LockLost", False, repr(e))
+        asyncio.run(aio())
+    finally:
+        logging.getLogger("rwlock_client").setLevel(logging.NOTSET)
+
+
 def misuse(res, r):
     locks = rw.Client(r)
     lk = locks.write_lock("api:misuse")
@@ -279,6 +317,7 @@ def main():
     try:
         r = srv.redis()
         scoped(res, r)
+        unreachable(res)
         misuse(res, r)
         for label in ("redis", "unix", "cluster", "sentinel"):
             c = rw.Client.from_url(urls[label])

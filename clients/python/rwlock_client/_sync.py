@@ -644,8 +644,19 @@ class Lock(LockState):
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         if self._held:
+            presumed_lost = self.lost       # the lease ran out by our clock
             try:
                 held = self.release()
+            except redis.exceptions.RedisError as e:
+                if exc_type is None and presumed_lost and self.raise_on_lost:
+                    # Redis unreachable past the lease's end: the hold is
+                    # lost (and its release owed), which is what to say.
+                    raise LockLost(self.name, self.owner) from e
+                if exc_type is None:
+                    raise
+                log.warning("rwlock: releasing %r failed after an error in its block",
+                            self.name, exc_info=True)
+                return False
             except BaseException:
                 if exc_type is None:
                     raise

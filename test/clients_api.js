@@ -80,6 +80,27 @@ async function scoped(redis, locks) {
   admin.disconnect();
 }
 
+async function gone() {
+  // Redis gone past the lease's end: using() rejects with LockLost, the
+  // connection error as its cause.
+  const r = new Redis(urls.gone, { maxRetriesPerRequest: 0, enableOfflineQueue: false,
+    retryStrategy: () => null });
+  r.on('error', () => {});
+  await new Promise((resolve) => r.once('ready', resolve));
+  const locks = new rw.Locks(r);
+  const e = await rejects(locks.using('api:gone', 'w', async (signal) => {
+    const admin = new Redis(urls.gone, { retryStrategy: () => null });
+    admin.on('error', () => {});
+    await admin.call('SHUTDOWN', 'NOSAVE').catch(() => {});
+    admin.disconnect();
+    await new Promise((resolve) => signal.addEventListener('abort', resolve));
+  }, { lease: 600 }));
+  check('using(): Redis gone past the lease: LockLost, the connection error its cause',
+    e instanceof rw.LockLost && e.cause instanceof Error, String(e && e.stack));
+  locks.close();
+  r.disconnect();
+}
+
 async function misuse(locks) {
   const lk = locks.writeLock('api:misuse');
   await lk.acquire();
@@ -128,6 +149,7 @@ async function main() {
   const locks = new rw.Locks(redis);
   try {
     await scoped(redis, locks);
+    await gone();
     await misuse(locks);
     for (const k of ['redis', 'unix', 'cluster', 'sentinel']) if (urls[k]) await fromUrl(k, urls[k]);
     let e = null;

@@ -305,6 +305,7 @@ def main():
     quorum = [RedisServer(srv.port + 1 + i, "--appendonly", "yes", "--appendfsync", "always",
                           prefix="rwlock-api-q-") for i in range(3)]
     cluster = RedisCluster(6450, prefix="rwlock-api-c-")
+    gone = RedisServer(6475, prefix="rwlock-api-gone-")   # clients_api.js shuts it down
     sport = free_port(6460)
     sent = sentinel(sport, srv.port, d)
     urls = {
@@ -313,6 +314,7 @@ def main():
         "cluster": cluster.url,
         "sentinel": "redis+sentinel://127.0.0.1:%d/mymaster/0" % sport,
         "quorum": " ".join(q.url for q in quorum),
+        "gone": gone.url,
     }
     try:
         r = srv.redis()
@@ -362,6 +364,7 @@ def main():
                   node_errors == error_names(), "node: %s" % node_errors)
     finally:
         sent.kill()
+        gone.stop()
         cluster.stop()
         for q in quorum:
             q.stop()

@@ -410,7 +410,16 @@ class Locks {
       await lk.release().catch(() => {}); // owed if it fails; fn's error is the one to see
       throw e;
     }
-    const held = await lk.release();
+    let held;
+    try {
+      held = await lk.release();
+    } catch (e) {
+      // Redis unreachable past the lease's end: the hold is lost (its
+      // release owed), which is what to say.
+      if (!ac.signal.aborted || options.onLostError === false) throw e;
+      ac.signal.reason.cause = e;
+      throw ac.signal.reason;
+    }
     if ((!held || ac.signal.aborted) && options.onLostError !== false) {
       throw ac.signal.aborted ? ac.signal.reason : new LockLost(name, lk.owner);
     }

@@ -52,7 +52,8 @@
  * lose by waiting on: a try that then fails for want of Redis (it could not
  * connect, did not answer within rwlock.command_timeout, dropped the
  * connection, or a cluster did not serve the slot in time: a failover, a
- * slot migration) is tried again after WAIT_RETRY_MS, until the wait's end
+ * slot migration) is tried again after a pause (WAIT_RETRY_MS, doubled
+ * after each failure in a row up to WAIT_RETRY_MAX_MS), until the wait's end
  * or a cancel, as a new call (redis_conn.c: the node is connected to
  * again, a cluster's slot map loaded again). A try that fails before the
  * lock was ever found busy is an error at once, as any other call's.
@@ -71,6 +72,7 @@
 #define WAIT_SPLIT_MIN_MS	10	/* the random pause after a split vote */
 #define WAIT_SPLIT_MAX_MS	100
 #define WAIT_RETRY_MS		100 /* after a try that failed, while waiting */
+#define WAIT_RETRY_MAX_MS	1000	/* ... after several in a row */
 #define WAIT_TRY_MIN_MS		200 /* the least a try is given, whatever the
 								 * wait's end */
 
@@ -591,6 +593,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 	int64		redirected_since = 0;	/* first of the redirections in a row */
 	bool		waiting = false;	/* the lock was found busy */
+	long		retry_ms = WAIT_RETRY_MS;	/* the pause after a failed try */
 	RwKeep		undo = held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING;
 
 	wait_begin(node, keys, name, mode, held_mode, intent > 0);
@@ -663,7 +666,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			rw_conn_restore(cap);
 			rw_renew_due(false, NULL);
 			left = deadline == PG_INT64_MAX ? -1 : Max(deadline - rw_now_ms(), 0);
-			wait_sleep(left < 0 ? WAIT_RETRY_MS : Min(WAIT_RETRY_MS, left));
+			wait_sleep(left < 0 ? retry_ms : Min(retry_ms, left));
+			retry_ms = Min(retry_ms * 2, WAIT_RETRY_MAX_MS);
 			CHECK_FOR_INTERRUPTS();
 			rw_call_again();
 			continue;
@@ -689,6 +693,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			wait_report_upgrade_conflict(name, other);
 		}
 		waiting = true;
+		retry_ms = WAIT_RETRY_MS;
 
 		left = deadline == PG_INT64_MAX ? -1 : Max(deadline - rw_now_ms(), 0);
 		if (left == 0)

@@ -594,7 +594,6 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 	int64		redirected_since = 0;	/* first of the redirections in a row */
 	bool		waiting = false;	/* the lock was found busy */
 	long		retry_ms = WAIT_RETRY_MS;	/* the pause after a failed try */
-	RwKeep		undo = held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING;
 
 	wait_begin(node, keys, name, mode, held_mode, intent > 0);
 	for (;;)
@@ -641,9 +640,14 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		}
 		if (status == RW_ACQ_FAILED)
 		{
-			/* A quorum's lease cap holds for the read lock an upgrade keeps. */
+			/*
+			 * An upgrade keeps its read lock (unless found lost), with a
+			 * quorum's lease cap.
+			 */
 			if (err.maybe_sent)
-				rw_release_owe(node, -1, name, keys, undo, rw_quorum_lease(node));
+				rw_release_owe(node, -1, name, keys,
+							   held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING,
+							   rw_quorum_lease(node));
 			/*
 			 * An error, unless a waiter may try again, or the wait's end has
 			 * come (which cut the try short, or will end the wait anyway).
@@ -681,6 +685,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			held_mode = wait_state.held_mode = RW_NONE;
 			rw_note_lost(name,
 						 "Redis no longer had this session's read lock when it asked to upgrade it to the write lock: its lease ran out or Redis lost its data.");
+			rw_conn_restore(cap);
 			continue;
 		}
 		if (status == RW_UPGRADE_CONFLICT)

@@ -398,14 +398,16 @@ held_release_xact(int level)
  * session's next rwlock call, or when it ends, else the leases free it.
  */
 static void
-held_cancelled_at_xact_end(bool abort)
+held_cancelled_at_xact_end(int level, bool abort)
 {
 	QueryCancelPending = false;
 	ereport(WARNING,
 			(errcode(ERRCODE_QUERY_CANCELED),
 			 errmsg("canceling the release of Redis locks at transaction end due to user request"),
-			 errdetail("The transaction has %s. The releases not yet sent to Redis are sent at this session's next rwlock call, or when the session ends; until then each of those locks is left to its lease.",
-					   abort ? "been rolled back" : "committed")));
+			 errdetail("The %s. The releases not yet sent to Redis are sent at this session's next rwlock call, or when the session ends; until then each of those locks is left to its lease.",
+					   !abort ? "transaction has committed" :
+					   level > 0 ? "subtransaction has been rolled back" :
+					   "transaction has been rolled back")));
 }
 
 /*
@@ -437,7 +439,7 @@ held_at_xact_end(int level, bool abort)
 		held_release_xact(level);
 		rw_conn_cancellable(false);
 		if (rw_conn_cancel_cut())
-			held_cancelled_at_xact_end(abort);
+			held_cancelled_at_xact_end(level, abort);
 		rw_notes_flush();
 	}
 	PG_CATCH();

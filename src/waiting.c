@@ -274,6 +274,20 @@ wait_for_push(RwConn *only, bool (*match) (redisReply *), long timeout_ms)
 	}
 }
 
+/*
+ * Whether a try that failed may be tried again by a waiter: Redis could not
+ * be reached, did not answer in time or dropped the connection, or a
+ * cluster did not serve the slot in time. Not an interrupt, credentials
+ * refused, a Redis unfit to serve locks or a permission refused (final at
+ * connect), or an error reply.
+ */
+static bool
+wait_may_retry(const RwError *err)
+{
+	return err->kind == RW_ERR_CONNECT || err->kind == RW_ERR_LOST ||
+		err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_UNSERVED;
+}
+
 /* The member a subscriber belongs to may be asked (not failed lately). */
 static bool
 wait_may_listen(int i)
@@ -318,10 +332,14 @@ wait_subscribe(void)
 		if (!rw_conn_ensure(sub, &err))
 		{
 			/*
-			 * Interrupts are served. Else the waiter polls: its tries say
-			 * whether Redis can be had (and are tried again if not).
+			 * Interrupts are served, and so is a lone node's refusal that
+			 * no retry would change (a user that may not SUBSCRIBE: 42501).
+			 * Else the waiter polls: its tries say whether Redis can be had
+			 * (and are tried again if not); a quorum's member that refused
+			 * is left alone.
 			 */
-			if (err.kind == RW_ERR_INTERRUPTED)
+			if (err.kind == RW_ERR_INTERRUPTED ||
+				(wait_state.nsubs == 1 && !wait_may_retry(&err)))
 				rw_raise(sub, &err);
 			continue;
 		}
@@ -457,19 +475,6 @@ wait_try_node(RwNode *node, const RwKeys *keys, const char *name,
 	}
 	return rw_proto_acquire(rw_cluster_cmd(node, keys), keys, mode, held_mode,
 							rw_lease_ms, intent, result, other, acks, err);
-}
-
-/*
- * Whether a try that failed may be tried again by a waiter: Redis could not
- * be reached, did not answer in time or dropped the connection, or a
- * cluster did not serve the slot in time. Not an interrupt, credentials
- * refused, or an error reply.
- */
-static bool
-wait_may_retry(const RwError *err)
-{
-	return err->kind == RW_ERR_CONNECT || err->kind == RW_ERR_LOST ||
-		err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_UNSERVED;
 }
 
 /*

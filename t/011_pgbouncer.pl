@@ -10,7 +10,7 @@
 #    reads a counter and writes counter + 1 computed by the client; no
 #    update may be lost, and nothing may stay held on any backend after.
 # c) Transaction pooling, one server connection: a session-level lock
-#    passes to the next client on the backend, as the README says (as an
+#    passes to the next client on the backend, as docs/failures.md says (as an
 #    advisory lock would): use _xact locks through transaction pooling.
 use strict;
 use warnings FATAL => 'all';
@@ -173,7 +173,7 @@ is($out, 't|t', 'a direct session gets it at once');
 
 pgbouncer_stop($pt);
 
-# --- c) what the README says of session-level locks through transaction
+# --- c) what docs/failures.md says of session-level locks through transaction
 # pooling: the hold belongs to the backend, so the next client on it
 # inherits it (and the keeper renews it for as long as the backend lives).
 my $p1 = pgbouncer_start($node, pool_mode => 'transaction', pool_size => 1);

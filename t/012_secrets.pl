@@ -1,7 +1,7 @@
 # Credentials that stay secret, and no silent fallback to another server.
 #
 # A Redis whose only user is an ACL user with a password. For each way the
-# README shows to configure the credentials, with and without rwlock in
+# docs/connecting.md shows to configure the credentials, with and without rwlock in
 # shared_preload_libraries, a role without privileges runs SHOW,
 # current_setting, pg_settings, pg_db_role_setting, redis_connection_info()
 # and gets error messages (Redis refuses AUTH; Redis is down), in fresh
@@ -210,12 +210,12 @@ SELECT redis_unlock('s1');");
 }
 
 # Documented: without preloading, a password in the URL in postgresql.conf
-# is shown by SHOW to every role before the library is loaded (README).
+# is shown by SHOW to every role before the library is loaded (docs/connecting.md).
 {
 	my $node = $nodes{0};
 	configure($node, 'url+conf');
 	like(as_nopriv($node, 'SHOW rwlock.redis_url'), qr/\Q$pw\E/,
-		'as the README says: not preloaded, a password in the URL is visible before the library loads');
+		'as docs/connecting.md says: not preloaded, a password in the URL is visible before the library loads');
 	configure($node, 'file+conf');
 }
 

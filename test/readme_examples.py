@@ -4,12 +4,17 @@ process ends when its work does.
 
 Runs every fenced code block of clients/node/README.md (```js: as an ES
 module when it has an `import` line, else as CommonJS), of
-clients/python/README.md (```python) and of the main README's client
-example (the ```sql and ```python blocks of "Example: a stored procedure and
-a Python worker", in a database named shop as the example says), each as
-its own file and process, against the real extension and a real Redis on
-127.0.0.1:6379, the address the examples name (one is started there if
-none answers). Each must exit with status 0 by itself within 30 s.
+clients/python/README.md (```python), of the client example in
+docs/services.md (the ```sql and ```python blocks of "Example: a stored
+procedure and a Python worker", in a database named shop as the example
+says), and the ```sql blocks of the README's Install, First lock and
+Monitoring sections (in a database of their own, in that order: Install's
+block creates the extension) and of its Privileges section (in another,
+with the roles and database it names made first; then a role of the
+recipe may lock and another may not), each as its own file and process, against
+the real extension and a real Redis on 127.0.0.1:6379, the address the
+examples name (one is started there if none answers). Each must exit with
+status 0 by itself within 30 s.
 
 Then the exit check: a Node script whose acquisition has to wait (it
 subscribes), that then releases and quits its own ioredis connection, but
@@ -37,7 +42,9 @@ sys.path.insert(0, HERE)
 from rwtest import RedisServer  # noqa: E402
 
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.M | re.S)
-MAIN_SECTION = "### Example: a stored procedure and a Python worker"
+EXAMPLE_SECTION = "### Example: a stored procedure and a Python worker"
+README_SECTIONS = ("## Install", "## First lock", "## Monitoring")
+PRIVILEGES = "## Privileges"
 TIMEOUT = 30
 
 
@@ -94,7 +101,7 @@ class Runner:
                    "exit status %d:\n%s" % (p.returncode, p.stdout))
         return p.stdout
 
-    def block(self, readme, lang, code, line):
+    def block(self, readme, lang, code, line, db="shop"):
         rel = os.path.relpath(readme, ROOT)
         label = "%s:%d %s" % (rel, line, lang)
         if lang == "js":
@@ -112,7 +119,7 @@ class Runner:
             f = os.path.join(self.work, "ex%d.sql" % line)
             with open(f, "w") as out:
                 out.write(code)
-            self.run(label, ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", "shop", "-f", f])
+            self.run(label, ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db, "-f", f])
         else:
             self.check("%s: no way to run a %r block" % (label, lang), False)
 
@@ -156,6 +163,44 @@ const { Locks } = require('pg-rwlock-redis');
                    first + rest)
 
 
+DBS = ("shop", "readme", "readme_privileges", "billing")
+
+
+def psql(db, sql):
+    """(status, output) of sql run by psql in db."""
+    p = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return p.returncode, p.stdout
+
+
+def privileges(r, main):
+    """The Privileges recipe as pasted (the roles and database it names
+    made first), then what it promises: its role may lock, another may not."""
+    psql("postgres", "DROP ROLE IF EXISTS billing, reporting, lock_users")
+    psql("postgres", "CREATE ROLE billing; CREATE ROLE reporting")
+    found = [b for b in blocks(main, PRIVILEGES) if b[0] == "sql"]
+    r.check("README.md %s: %d sql blocks found" % (PRIVILEGES, len(found)), len(found) > 0)
+    for lang, code, line in found:
+        r.block(main, lang, code, line, db="readme_privileges")
+    st, out = psql("readme_privileges",
+                   "SET ROLE billing; SELECT state FROM rwlock.redis_lock_info('readme:priv')")
+    r.check("README.md %s: a role granted lock_users may call the functions" % PRIVILEGES,
+            st == 0 and "free" in out, out)
+    st, out = psql("readme_privileges",
+                   "SET ROLE reporting; SELECT state FROM rwlock.redis_lock_info('readme:priv')")
+    r.check("README.md %s: another role may not" % PRIVILEGES,
+            st != 0 and "permission denied" in out, out)
+    # The prefix: refused when set once the library is loaded (preloaded),
+    # and before it loads, the session's lock functions refuse to work.
+    st, out = psql("readme_privileges", "LOAD 'rwlock'; SET ROLE billing; SET rwlock.key_prefix = 'x'")
+    r.check("README.md %s: a role may not set rwlock.key_prefix (library loaded)" % PRIVILEGES,
+            st != 0 and "permission denied to set parameter" in out, out)
+    st, out = psql("readme_privileges", "SET ROLE billing; SET rwlock.key_prefix = 'x'; "
+                   "SELECT rwlock.redis_lock_info('readme:priv')")
+    r.check("README.md %s: nor take locks under its own (library not loaded yet)" % PRIVILEGES,
+            st != 0 and "rwlock.key_prefix was not applied in this session" in out, out)
+
+
 def main():
     srv = None
     try:
@@ -165,9 +210,17 @@ def main():
     work = tempfile.mkdtemp(prefix="rwlock-readme-")
     r = Runner(work)
     try:
-        subprocess.run(["dropdb", "--if-exists", "shop"], check=True)
-        subprocess.run(["createdb", "shop"], check=True)
-        for readme, section in ((os.path.join(ROOT, "README.md"), MAIN_SECTION),
+        for db in DBS:
+            subprocess.run(["dropdb", "--if-exists", db], check=True)
+            subprocess.run(["createdb", db], check=True)
+        main = os.path.join(ROOT, "README.md")
+        for section in README_SECTIONS:
+            found = [b for b in blocks(main, section) if b[0] == "sql"]
+            r.check("README.md %s: %d sql blocks found" % (section, len(found)), len(found) > 0)
+            for lang, code, line in found:
+                r.block(main, lang, code, line, db="readme")
+        privileges(r, main)
+        for readme, section in ((os.path.join(ROOT, "docs", "services.md"), EXAMPLE_SECTION),
                                 (os.path.join(ROOT, "clients", "python", "README.md"), None),
                                 (os.path.join(ROOT, "clients", "node", "README.md"), None)):
             found = blocks(readme, section)
@@ -177,7 +230,9 @@ def main():
                 r.block(readme, lang, code, line)
         r.node_exits()
     finally:
-        subprocess.run(["dropdb", "--if-exists", "shop"])
+        for db in DBS:
+            subprocess.run(["dropdb", "--if-exists", db])
+        psql("postgres", "DROP ROLE IF EXISTS billing, reporting, lock_users")
         subprocess.run(["rm", "-rf", work])
         if srv:
             srv.stop()

@@ -7,8 +7,8 @@
 # of the clients with SQL sessions (test/cross_test.py for the Python client,
 # test/compliance/driver.py node for the Node client, which needs
 # clients/node/node_modules: `npm ci`, done by tools/install-deps.sh; each its
-# own Redis), the code blocks of the clients' READMEs and of the main
-# README's client example (test/readme_examples.py), both clients' scoped
+# own Redis), the code blocks of the clients' READMEs and of the
+# examples of README.md and docs/services.md (test/readme_examples.py), both clients' scoped
 # use, errors and URLs (test/clients_api.py), the same compliance suite on a
 # Redis Cluster of three masters
 # (driver.py --cluster, 6420-6422: SQL sessions on its redis+cluster:// URL,

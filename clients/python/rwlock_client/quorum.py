@@ -1,4 +1,4 @@
-"""Quorum mode (experimental; the repository's README says what it promises
+"""Quorum mode (experimental; the repository's docs/topologies.md says what it promises
 and under which timing assumptions): a lock held on a majority of an odd
 number of independent masters, sharing locks with SQL sessions whose
 rwlock.redis_url lists the same masters (docs/protocol.md 13.3).

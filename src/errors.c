@@ -108,7 +108,7 @@ rw_raise(RwConn *conn, const RwError *err)
 				 errmsg("%s refused a command to rwlock's Redis user for want of a permission", where),
 				 errdetail("%s", err->msg),
 				 logged ? errdetail_log("%s", logged) : 0,
-				 errhint("The Redis user needs the lock scripts, the lock keys and the lock channels: see \"What a Redis serving locks must be\" in rwlock's README.")));
+				 errhint("The Redis user needs the lock scripts, the lock keys and the lock channels: see \"What a Redis serving locks must be\" in rwlock's docs/connecting.md.")));
 	if (conn_is_version_clash(err))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

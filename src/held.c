@@ -355,20 +355,37 @@ rw_unlock_all(bool await)
 	return holds;
 }
 
-/* Release the xact-level holds taken at nest level `level` or deeper. */
+/*
+ * Release the xact-level holds taken at nest level `level` or deeper: every
+ * count first, then each record once (most recent first), however its holds
+ * interleave with other names' (one release, one warning if it was lost).
+ * The records to release are gathered in the array's popped slots.
+ */
 static void
 held_release_xact(int level)
 {
-	while (n_xact > 0 && xact_holds[n_xact - 1].level >= level)
-	{
-		RwXactHold *x = &xact_holds[--n_xact];
+	static uint64 end_gen = 0;
+	int			first = n_xact;
+	int			k;
 
-		x->held->count[RW_XACT][x->mode]--;
-		/* Once per record, when its last hold at this depth goes. */
-		if (n_xact == 0 || xact_holds[n_xact - 1].held != x->held ||
-			xact_holds[n_xact - 1].level < level)
-			held_release(x->held, true);
+	while (first > 0 && xact_holds[first - 1].level >= level)
+		first--;
+	end_gen++;
+	k = first;
+	for (int i = first; i < n_xact; i++)
+	{
+		RwHeld	   *h = xact_holds[i].held;
+
+		h->count[RW_XACT][xact_holds[i].mode]--;
+		if (h->end_gen != end_gen)
+		{
+			h->end_gen = end_gen;
+			xact_holds[k++].held = h;	/* k <= i: a slot already read */
+		}
 	}
+	n_xact = first;
+	for (int i = k - 1; i >= first; i--)
+		held_release(xact_holds[i].held, true);
 	rw_release_flush();
 }
 
@@ -381,14 +398,16 @@ held_release_xact(int level)
  * session's next rwlock call, or when it ends, else the leases free it.
  */
 static void
-held_cancelled_at_xact_end(bool abort)
+held_cancelled_at_xact_end(int level, bool abort)
 {
 	QueryCancelPending = false;
 	ereport(WARNING,
 			(errcode(ERRCODE_QUERY_CANCELED),
 			 errmsg("canceling the release of Redis locks at transaction end due to user request"),
-			 errdetail("The transaction has %s. The releases not yet sent to Redis are sent at this session's next rwlock call, or when the session ends; until then each of those locks is left to its lease.",
-					   abort ? "been rolled back" : "committed")));
+			 errdetail("The %s. The releases not yet sent to Redis are sent at this session's next rwlock call, or when the session ends; until then each of those locks is left to its lease.",
+					   !abort ? "transaction has committed" :
+					   level > 0 ? "subtransaction has been rolled back" :
+					   "transaction has been rolled back")));
 }
 
 /*
@@ -420,7 +439,7 @@ held_at_xact_end(int level, bool abort)
 		held_release_xact(level);
 		rw_conn_cancellable(false);
 		if (rw_conn_cancel_cut())
-			held_cancelled_at_xact_end(abort);
+			held_cancelled_at_xact_end(level, abort);
 		rw_notes_flush();
 	}
 	PG_CATCH();

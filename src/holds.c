@@ -80,6 +80,7 @@ rw_holds_enter(const char *name, RwNode *node)
 		memset(h->count, 0, sizeof(h->count));
 		h->stack = NULL;
 		h->stack_len = h->stack_cap = 0;
+		h->end_gen = 0;
 		h->redis_mode = RW_NONE;
 		h->token = 0;
 		h->lost = false;

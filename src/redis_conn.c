@@ -25,13 +25,21 @@
  *	  garbled) is closed at once: nothing ever reads a stale reply off a
  *	  kept connection;
  *	- at most one connection attempt per node per call (rw_call_begin marks
- *	  a call): after a failed attempt the rest of the call fails fast;
+ *	  a call; a waiter's next try after a failed one counts as a new call,
+ *	  rw_call_again): after a failed attempt the rest of the call fails
+ *	  fast;
  *	- commands may be sent with a tag, without waiting for their replies
  *	  (releases at transaction end): their replies are read first by any
  *	  later exchange and kept, with their tags, until rw_take_late; if the
  *	  connection closes first, each such tag is handed back with no reply;
  *	- a caller that must not wait long (a commit, backend exit) caps every
- *	  deadline with rw_conn_limit().
+ *	  deadline with rw_conn_limit(); a lock wait caps its tries at its end
+ *	  (rw_conn_tighten);
+ *	- at transaction end, which holds interrupts, a cancel still cuts waits
+ *	  short (rw_conn_cancellable): a flush of tagged commands then leaves
+ *	  the rest queued on the open connection (rw_flush_tagged);
+ *	- log lines between a Redis answer and its record wait for a safe
+ *	  moment (rw_log_later).
  *
  *-------------------------------------------------------------------------
  */

@@ -42,7 +42,9 @@
  *	               redis+sentinel:// endpoint (ep->resolve), which
  *	               redis_conn.c calls when it connects to such a node
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
- *	               latch, deadlines, interrupts
+ *	               latch, deadlines, interrupts; what a new connection
+ *	               checks (ROLE of a Sentinel-named master before AUTH, an
+ *	               evicting maxmemory-policy, the lock channels' ACL)
  *	  resolve.c    host names looked up without blocking (getaddrinfo_a)
  *	  errors.c     what a failure means in SQLSTATEs; rw_raise
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
@@ -640,6 +642,7 @@ typedef struct RwHeld
 	RwMode	   *stack;			/* modes of session holds, oldest first */
 	int			stack_len;
 	int			stack_cap;
+	uint64		end_gen;		/* held.c: released at this transaction end */
 	RwMode		redis_mode;		/* what Redis has for this session */
 	int64		token;
 	TimestampTz acquired;

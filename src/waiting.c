@@ -52,7 +52,8 @@
  * lose by waiting on: a try that then fails for want of Redis (it could not
  * connect, did not answer within rwlock.command_timeout, dropped the
  * connection, or a cluster did not serve the slot in time: a failover, a
- * slot migration) is tried again after WAIT_RETRY_MS, until the wait's end
+ * slot migration) is tried again after a pause (WAIT_RETRY_MS, doubled
+ * after each failure in a row up to WAIT_RETRY_MAX_MS), until the wait's end
  * or a cancel, as a new call (redis_conn.c: the node is connected to
  * again, a cluster's slot map loaded again). A try that fails before the
  * lock was ever found busy is an error at once, as any other call's.
@@ -71,6 +72,7 @@
 #define WAIT_SPLIT_MIN_MS	10	/* the random pause after a split vote */
 #define WAIT_SPLIT_MAX_MS	100
 #define WAIT_RETRY_MS		100 /* after a try that failed, while waiting */
+#define WAIT_RETRY_MAX_MS	1000	/* ... after several in a row */
 #define WAIT_TRY_MIN_MS		200 /* the least a try is given, whatever the
 								 * wait's end */
 
@@ -272,6 +274,20 @@ wait_for_push(RwConn *only, bool (*match) (redisReply *), long timeout_ms)
 	}
 }
 
+/*
+ * Whether a try that failed may be tried again by a waiter: Redis could not
+ * be reached, did not answer in time or dropped the connection, or a
+ * cluster did not serve the slot in time. Not an interrupt, credentials
+ * refused, a Redis unfit to serve locks or a permission refused (final at
+ * connect), or an error reply.
+ */
+static bool
+wait_may_retry(const RwError *err)
+{
+	return err->kind == RW_ERR_CONNECT || err->kind == RW_ERR_LOST ||
+		err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_UNSERVED;
+}
+
 /* The member a subscriber belongs to may be asked (not failed lately). */
 static bool
 wait_may_listen(int i)
@@ -316,10 +332,14 @@ wait_subscribe(void)
 		if (!rw_conn_ensure(sub, &err))
 		{
 			/*
-			 * Interrupts are served. Else the waiter polls: its tries say
-			 * whether Redis can be had (and are tried again if not).
+			 * Interrupts are served, and so is a lone node's refusal that
+			 * no retry would change (a user that may not SUBSCRIBE: 42501).
+			 * Else the waiter polls: its tries say whether Redis can be had
+			 * (and are tried again if not); a quorum's member that refused
+			 * is left alone.
 			 */
-			if (err.kind == RW_ERR_INTERRUPTED)
+			if (err.kind == RW_ERR_INTERRUPTED ||
+				(wait_state.nsubs == 1 && !wait_may_retry(&err)))
 				rw_raise(sub, &err);
 			continue;
 		}
@@ -458,19 +478,6 @@ wait_try_node(RwNode *node, const RwKeys *keys, const char *name,
 }
 
 /*
- * Whether a try that failed may be tried again by a waiter: Redis could not
- * be reached, did not answer in time or dropped the connection, or a
- * cluster did not serve the slot in time. Not an interrupt, credentials
- * refused, or an error reply.
- */
-static bool
-wait_may_retry(const RwError *err)
-{
-	return err->kind == RW_ERR_CONNECT || err->kind == RW_ERR_LOST ||
-		err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_UNSERVED;
-}
-
-/*
  * One try on every member of a quorum (quorum.c). Each member is asked only
  * once the releases owed for the name there are queued ahead of the try.
  * Unless the lock was granted, what members granted is released (owed and
@@ -591,7 +598,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 	int64		redirected_since = 0;	/* first of the redirections in a row */
 	bool		waiting = false;	/* the lock was found busy */
-	RwKeep		undo = held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING;
+	long		retry_ms = WAIT_RETRY_MS;	/* the pause after a failed try */
 
 	wait_begin(node, keys, name, mode, held_mode, intent > 0);
 	for (;;)
@@ -638,9 +645,14 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		}
 		if (status == RW_ACQ_FAILED)
 		{
-			/* A quorum's lease cap holds for the read lock an upgrade keeps. */
+			/*
+			 * An upgrade keeps its read lock (unless found lost), with a
+			 * quorum's lease cap.
+			 */
 			if (err.maybe_sent)
-				rw_release_owe(node, -1, name, keys, undo, rw_quorum_lease(node));
+				rw_release_owe(node, -1, name, keys,
+							   held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING,
+							   rw_quorum_lease(node));
 			/*
 			 * An error, unless a waiter may try again, or the wait's end has
 			 * come (which cut the try short, or will end the wait anyway).
@@ -663,7 +675,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			rw_conn_restore(cap);
 			rw_renew_due(false, NULL);
 			left = deadline == PG_INT64_MAX ? -1 : Max(deadline - rw_now_ms(), 0);
-			wait_sleep(left < 0 ? WAIT_RETRY_MS : Min(WAIT_RETRY_MS, left));
+			wait_sleep(left < 0 ? retry_ms : Min(retry_ms, left));
+			retry_ms = Min(retry_ms * 2, WAIT_RETRY_MAX_MS);
 			CHECK_FOR_INTERRUPTS();
 			rw_call_again();
 			continue;
@@ -677,6 +690,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			held_mode = wait_state.held_mode = RW_NONE;
 			rw_note_lost(name,
 						 "Redis no longer had this session's read lock when it asked to upgrade it to the write lock: its lease ran out or Redis lost its data.");
+			rw_conn_restore(cap);
 			continue;
 		}
 		if (status == RW_UPGRADE_CONFLICT)
@@ -689,6 +703,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			wait_report_upgrade_conflict(name, other);
 		}
 		waiting = true;
+		retry_ms = WAIT_RETRY_MS;
 
 		left = deadline == PG_INT64_MAX ? -1 : Max(deadline - rw_now_ms(), 0);
 		if (left == 0)

@@ -157,7 +157,7 @@ is($out, 't', 'c) its holder unlocks it: true');
 
 # ---------------------------------------------------------------------
 # d) a renewer killed by a signal is a crash: every backend is restarted,
-#    the holds stay in Redis until their lease runs out (README)
+#    the holds stay in Redis until their lease runs out (docs/failures.md, Leases)
 # ---------------------------------------------------------------------
 ($out) = sq($hx, "SELECT redis_wlock('killed') > 0");
 is($out, 't', 'd) a write lock taken');

@@ -13,6 +13,13 @@
 #    releases overflow the socket buffers) ends within a second of a cancel,
 #    with a WARNING, not after rwlock.command_timeout; what it had not sent
 #    goes at the session's next call, and every lock is then free.
+# d) Nothing between Redis's answer and its record may throw (SPEC 8): a
+#    lost client is noticed (client_connection_check_interval) by the
+#    first CHECK_FOR_INTERRUPTS after it; when that came from a log line
+#    written while a grant was read and not yet recorded (a WAIT that
+#    failed, with rwlock.wait_replicas), the backend died holding a lock
+#    nobody knew of, left to its lease. The lock must be free once the
+#    backend is gone.
 #
 # Where the code under test does not honour the limit, a call would hang
 # for rwlock.command_timeout (an hour here): each wait is cut off after
@@ -127,8 +134,12 @@ ok(!$thawed && $secs > 1.9 && $secs < 2.8, 'a) after lock_timeout (2 s), within 
 redis_sigcont($port);
 ($out) = sq($holder, "SELECT redis_unlock('a4')");
 is($out, 't', 'a) the holder still held a4');
-($out) = sq($other, "SELECT redis_try_wlock('a4') AND redis_unlock('a4')");
-is($out, 't', 'a) which is free once the holder let go');
+# The waiter's try that Redis ran once thawed queued its intent again: that
+# is left to its lease (RW_INTENT_MS, 2 s), its connection being gone.
+ok(defined wait_until(
+		sub { (sq($other, "SELECT redis_try_wlock('a4') AND redis_unlock('a4')"))[0] eq 't' },
+		4),
+	'a) which is free once the holder let go (within the intent lease of the waiter that gave up)');
 sq($_, 'RESET lock_timeout') for ($conn, $fresh);
 
 # --- b) A waiter waits through a stall and a restart of Redis.
@@ -193,6 +204,33 @@ ok(defined $free, 'c) the last of the releases reaches Redis after that call');
 	"SELECT count(*) FILTER (WHERE redis_try_wlock('c' || g)) FROM generate_series(1, $n) g");
 is($out, $n, "c) another session takes all $n locks");
 sq($other, 'SELECT redis_unlock_all()');
+
+# --- d) A client lost while a grant is read (WAIT renamed away: it fails).
+my $port2 = redis_start(undef, '--rename-command', 'WAIT', 'WAIT_RENAMED_BY_TEST');
+my $node2 = new_node('wfault2', port => $port2, lease => '30s',
+	conf => "rwlock.wait_replicas = 1\n");
+my $lost = session($node2);
+sq($lost, "SET rwlock.command_timeout = '1h'");
+sq($lost, "SET client_connection_check_interval = '50ms'");
+($out, $err) = sq($lost, "SELECT redis_try_wlock('d0')");
+is($out, 'f', 'd) with WAIT failing, a grant is undone (false)');
+like($err, qr/not acknowledged by enough replicas/, 'd) with a WARNING');
+my $lpid = session_pid($lost);
+redis_sigstop($port2);
+sq_send($lost, "SELECT redis_wlock('d1')");
+sleep 0.3;
+$lost->{run}->kill_kill;    # the client goes while the grant is on its way
+sleep 0.3;                  # the backend's connection check is due
+redis_sigcont($port2);
+ok(defined wait_until(sub { backend_gone($node2, $lpid) }, 10),
+	'd) the backend whose client went away ends');
+like(slurp_file($node2->logfile), qr/connection to client lost/,
+	'd) having noticed the lost client');
+my $dfree = wait_until(sub { lock_state($port2, 'tap_wfault2', 'd1') eq 'free' }, 2);
+ok(defined $dfree, 'd) the lock it was granted is free, not left to its lease')
+  or diag 'd1 in Redis: ' . lock_state($port2, 'tap_wfault2', 'd1');
+$node2->stop;
+redis_stop($port2);
 
 $_->quit for ($conn, $fresh, $other, $holder, $committer);
 $node->stop;

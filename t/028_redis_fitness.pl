@@ -9,7 +9,7 @@
 #     that may not SUBSCRIBE gets 42501 at its first wait, its intent
 #     withdrawn; one without the lock keys gets 42501 (NOPERM), not XX000,
 #     Redis's message in the detail;
-#   - a user made by the README's ACL SETUSER line locks, is woken from a
+#   - a user made by docs/connecting.md's ACL SETUSER line locks, is woken from a
 #     wait by a release (not by the lease) and sees redis_connection_info;
 #   - (issue 27.17) holds Redis lost (keys deleted): redis_unlock and
 #     redis_unlock_all each report them lost themselves, and an unlock of
@@ -106,10 +106,10 @@ is(redis_cli($good, 'ZCARD', 'tap_fitness:{w}:q'), '0',
 	'... its intent withdrawn');
 sq($s, "SELECT redis_unlock('w')");
 
-# The README's line (section "What a Redis serving locks must be").
-my $readme = slurp_file("$FindBin::RealBin/../README.md");
+# docs/connecting.md's line (section "What a Redis serving locks must be").
+my $readme = slurp_file("$FindBin::RealBin/../docs/connecting.md");
 my ($line) = $readme =~ /^\s*(ACL SETUSER rwlock .*)$/m;
-ok($line, "the README's ACL SETUSER line");
+ok($line, "docs/connecting.md's ACL SETUSER line");
 $line =~ s/rwlock:\*/tap_fitness:*/g;    # this test's key prefix
 $line =~ s/>\S+/>pw/;
 is(redis_cli($good, split / /, $line), 'OK', '... is accepted by Redis 7');

@@ -64,6 +64,18 @@ sq($s, "SELECT redis_wlock('a') > 0");
 sq($s, "SELECT redis_unlock('a')");
 is(stat_of('holds_lost'), 1, 'one hold lost, counted once');
 
+# A lost transaction-level lock whose holds interleave with another name's:
+# COMMIT warns once, not once per run of its holds.
+sq($s, "BEGIN");
+sq($s, "SELECT redis_wlock_xact('x'), redis_wlock_xact('y'), redis_wlock_xact('x')");
+redis_cli($port, 'DEL', 'tap_stats:{x}');
+($o, $e) = sq($s, "SELECT redis_renew()");
+like($e, qr/Redis lock "x" was lost/, 'a renewal finds the xact hold lost');
+($o, $e) = sq($s, "COMMIT");
+my $n = () = $e =~ /Redis lock "x" was lost/g;
+is($n, 1, 'COMMIT warns once of the lost lock, its holds interleaved with another name');
+is(redis_cli($port, 'HGET', 'tap_stats:{y}', 'w'), '', 'the other name is released at COMMIT');
+
 # A connection Redis drops: the next call connects again, a reconnect.
 redis_cli($port, 'CLIENT', 'KILL', 'TYPE', 'normal');
 ($out) = sq($s, "SELECT redis_wlock('c') > 0");

@@ -1,7 +1,7 @@
 """api_model.py: the executable model of rwlock's SQL API that
 test/random_api.py drives the extension against.
 
-What it models (SPEC sections 2, 3, 5; README "Functions"):
+What it models (SPEC sections 2, 3, 5; README "Functions", docs/functions.md):
 - each SQL session's holds: the session-level stack of modes per name
   (redis_unlock pops the most recent), the xact-level holds with the
   (sub)transaction nest level that took them, the token of the session's

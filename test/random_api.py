@@ -135,7 +135,9 @@ class Driver:
             "", application_name="random_api S%d" % i,
             options="-c rwlock.redis_url=%s -c lock_timeout=%s" % (self.srv.url, LOCK_TIMEOUT))
         conn.autocommit = True
-        conn.notices = collections.deque()    # a list keeps only the last 50
+        # Every notice of a statement: a list would keep only the last 50
+        # (psycopg2), and a statement of 150 calls may warn 150 times.
+        conn.notices = collections.deque()
         cur = conn.cursor()
         cur.execute("SELECT pg_backend_pid()")
         pid = cur.fetchone()[0]

@@ -56,10 +56,10 @@ from rwtest import RedisServer  # noqa: E402
 
 # Known bugs of the extension whose sequences --skip-known can avoid.
 KNOWN = {
-    "LOSTWARN": "one statement repeats the WARNING of a lost lock: COMMIT, ROLLBACK "
-                "and ROLLBACK TO warn once per run of its xact holds between holds of "
-                "other names (held_release_xact), not once (with this flag identical "
-                "\"was lost\" warnings of one statement count once)",
+    "LOSTWARN": "held_release_xact before ac70ab1 (fixed): COMMIT, ROLLBACK and "
+                "ROLLBACK TO repeated the WARNING of a lost lock once per run of its xact "
+                "holds between other names' (with this flag identical \"was lost\" "
+                "warnings of one statement count once); for testing older builds",
     "STACK": "held.c before held_reserve (fixed): a stacked hold (no Redis call) was "
              "pushed without reserving room: more than 8 session holds of a name, or an "
              "xact hold beyond the room the last Redis call reserved (none before the "

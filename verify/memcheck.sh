@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# memcheck.sh: the pg_regress and isolation suites (make installcheck, as
+# test/run.sh runs them, the keeper's test in a server that preloads rwlock)
+# and verify/memcheck/deep.sql (deep stacking at both levels), against a
+# PostgreSQL 15 whose backends load rwlock built with AddressSanitizer and
+# UBSan (clang; the ASan runtime LD_PRELOADed into the server), then the
+# sanitizer logs and the server log are read: any report, or a backend
+# that died of a signal, fails the run and is printed.
+#
+# Every palloc rwlock makes is a malloc of its own in this build
+# (verify/memcheck/asan_mcxt.c, linked with -Wl,--wrap): ASan sees an
+# overflow of a palloc'd array, which in the server's own allocator would
+# land unseen in the next chunk of the same block. The server itself is
+# not instrumented (Debian's build), so what is checked is rwlock's code
+# and what it hands to libc.
+#
+# Needs root (it runs itself through tools/isolated.sh: its own loopback
+# for its Redis on 6379 and its server, its own copy of PostgreSQL's
+# library directory for the instrumented rwlock.so) and clang.
+#   bash verify/memcheck.sh            # about 2 minutes
+#   MEMCHECK_KEEP=1 ...                # keep the work directory (logs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${MEMCHECK_ISOLATED:-}" ]; then
+  export MEMCHECK_ISOLATED=1
+  exec bash tools/isolated.sh bash verify/memcheck.sh "$@"
+fi
+SRC=$PWD
+. tools/redis.sh
+WORK=$(mktemp -d /tmp/rwlock-memcheck.XXXXXX)
+chmod 755 "$WORK"
+BINDIR=$(pg_config --bindir)
+PGDATA=$WORK/data
+PORT=5432
+ASAN_RT=$(clang -print-file-name=libclang_rt.asan-x86_64.so)
+[ -f "$ASAN_RT" ] || { echo "memcheck: no ASan runtime from clang" >&2; exit 1; }
+
+cleanup()
+{
+  runuser -u postgres -- "$BINDIR/pg_ctl" -D "$PGDATA" -m immediate stop >/dev/null 2>&1 || true
+  redis_stop 6379
+  if [ -n "${MEMCHECK_KEEP:-}" ]; then echo "memcheck: kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+# The instrumented build, in a copy of the tree (this tree's objects stay
+# the production build's).
+B=$WORK/build
+mkdir -p "$B"
+cp -a Makefile rwlock.control ./*.sql src lua tools sql expected specs "$B/"
+rm -f "$B"/src/*.o "$B"/src/*.bc "$B"/src/lua_scripts.c
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+CFLAGS="-g -O1 $SAN -Wall -Wno-unused-command-line-argument -Wno-ignored-attributes"
+WRAP=
+for f in palloc palloc0 palloc_extended MemoryContextAlloc MemoryContextAllocZero \
+  MemoryContextAllocZeroAligned MemoryContextAllocExtended MemoryContextStrdup \
+  pstrdup pnstrdup; do
+  WRAP="$WRAP,--wrap=$f"
+done
+clang $CFLAGS -fPIC -I"$(pg_config --includedir-server)" \
+  -c verify/memcheck/asan_mcxt.c -o "$B/asan_mcxt.o"
+# Started first in the server: see there.
+gcc -O2 -Wall -shared -fPIC -o "$B/asan_early.so" verify/memcheck/asan_early.c -ldl
+make -s -C "$B" CC=clang with_llvm=no CFLAGS="$CFLAGS" \
+  LDFLAGS_SL="$B/asan_mcxt.o -shared-libasan -Wl$WRAP"
+make -s -C "$B" with_llvm=no install >/dev/null
+
+redis_start 6379 "$WORK"
+mkdir "$PGDATA"
+chown postgres: "$PGDATA"
+runuser -u postgres -- "$BINDIR/initdb" -D "$PGDATA" -A trust --no-sync >/dev/null
+mkdir -p "$WORK/san" "$WORK/log"
+chown postgres: "$WORK/san" "$WORK/log"
+# halt_on_error: an ASan report ends the backend (the postmaster then
+# restarts the others; the suites fail too). UBSan reports are fatal too
+# (-fno-sanitize-recover). Leaks: memory contexts free what rwlock
+# pallocs; LeakSanitizer at a backend's exit would report every context.
+SANENV=(LD_PRELOAD="$ASAN_RT $B/asan_early.so"
+  ASAN_OPTIONS="log_path=$WORK/san/report:detect_leaks=0:halt_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1"
+  UBSAN_OPTIONS="log_path=$WORK/san/report:print_stacktrace=1:halt_on_error=1")
+start_server()
+{
+  runuser -u postgres -- env "${SANENV[@]}" "$BINDIR/pg_ctl" -D "$PGDATA" -w -t 120 \
+    -l "$WORK/log/server.log" -o "-p $PORT -k $WORK/log -c listen_addresses= -c fsync=off $*" start >/dev/null
+}
+# After a backend dies the server restarts all (crash recovery): wait for
+# it before the next session, and before stopping it (a shutdown request
+# in the middle of recovery costs a minute).
+wait_ready()
+{
+  for _ in $(seq 300); do
+    psql -X -q -d postgres -c 'SELECT 1' >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+}
+stop_server()
+{
+  wait_ready
+  runuser -u postgres -- "$BINDIR/pg_ctl" -D "$PGDATA" -w -t 120 -m fast stop >/dev/null
+}
+export PGHOST=$WORK/log PGPORT=$PORT PGUSER=postgres
+status=0
+start=$(date +%s)
+start_server
+make -s -C "$B" installcheck || { status=1; cat "$B"/regression.diffs "$B"/output_iso/regression.diffs 2>/dev/null || true; }
+stop_server
+start_server -c shared_preload_libraries=rwlock
+make -s -C "$B" installcheck REGRESS=keeper ISOLATION= || { status=1; cat "$B"/regression.diffs 2>/dev/null || true; }
+createdb memcheck
+# deep.sql, and MEMCHECK_EXTRA's file if given: a session per part.
+awk -v out="$WORK/deep" '/^-- session/ { n++ } { print > (out "." sprintf("%02d", n) ".sql") }' \
+  verify/memcheck/deep.sql ${MEMCHECK_EXTRA:+"$MEMCHECK_EXTRA"}
+for f in "$WORK"/deep.*.sql; do
+  wait_ready
+  psql -X -q -v VERBOSITY=terse -d memcheck -f "$f" >>"$WORK/deep.out" 2>&1 || true
+done
+stop_server
+echo "memcheck: suites ran in $(( $(date +%s) - start )) s under ASan+UBSan"
+
+# The verdict: every sanitizer report, and every backend the postmaster saw
+# die of a signal or of an exit code a sanitizer gives.
+reports=$(ls "$WORK"/san/ 2>/dev/null | wc -l)
+if [ "$reports" -gt 0 ]; then
+  status=1
+  echo "memcheck: $reports sanitizer report(s):"
+  for f in "$WORK"/san/*; do
+    echo "=== $f"
+    cat "$f"
+  done
+  echo "memcheck: reports with a frame in rwlock's code: $(grep -l "$B/src/" "$WORK"/san/* | wc -l)"
+fi
+if grep -E 'terminated by signal|server process \(PID [0-9]+\) exited with exit code' "$WORK/log/server.log"; then
+  status=1
+  echo "memcheck: backends died (server log above); deep.sql said:"
+  cat "$WORK/deep.out"
+fi
+[ $status = 0 ] && echo "memcheck: 0 sanitizer reports, no backend died"
+exit $status

@@ -78,43 +78,36 @@ passfile_port_matches(const RwEndpoint *ep, const char *port)
 }
 
 /*
- * The user and password the file's contents (a string) give for ep, as
- * rw_password_lookup says: *user and *password are left alone when no line
- * matches. The copies it makes of a line are scratched over; the contents
- * are the caller's to scratch. Never throws but on out of memory. Apart
- * from the reading of the file, so that verify/fuzz/ can call it without a
- * backend.
+ * One line of the file (len bytes at line, its newline left out): whether
+ * it is for ep, and if so, its password and (when the URL names no user)
+ * its user, palloc'd. Its copies are scratched over and freed: a
+ * connection looks up at each reconnection, in whatever memory context is
+ * current (the keeper's lasts as long as it does).
  */
-void
-rw_passfile_match(const RwEndpoint *ep, const char *contents, char **user,
-				  char **password)
+static bool
+passfile_line(const RwEndpoint *ep, const char *line, size_t len,
+			  char **user, char **password)
 {
-	const char *line;
-	const char *next;
+	size_t		size = len + 1;
+	char	   *buf = palloc(5 * size);
+	char	   *f = buf;
+	char	   *host = buf + size;
+	char	   *port = buf + 2 * size;
+	char	   *fuser = buf + 3 * size;
+	char	   *fpass = buf + 4 * size;
+	char	   *p;
+	bool		match = false;
 
-	for (line = contents; line != NULL && *line; line = next)
+	memcpy(f, line, len);
+	f[len] = '\0';
+	if (len > 0 && f[len - 1] == '\r')
+		f[--len] = '\0';
+	/* Comments, and lines of fewer than four fields, match nothing. */
+	if (len > 0 && f[0] != '#' &&
+		(p = passfile_field(f, host, false)) != NULL &&
+		(p = passfile_field(p, port, false)) != NULL &&
+		(p = passfile_field(p, fuser, false)) != NULL)
 	{
-		char	   *end = strchr(line, '\n');
-		size_t		len = end ? end - line : strlen(line);
-		char	   *f = palloc(len + 1);
-		char	   *host = palloc(len + 1);
-		char	   *port = palloc(len + 1);
-		char	   *fuser = palloc(len + 1);
-		char	   *fpass = palloc(len + 1);
-		char	   *p;
-		bool		match;
-
-		next = end ? end + 1 : NULL;
-		memcpy(f, line, len);
-		f[len] = '\0';
-		if (len > 0 && f[len - 1] == '\r')
-			f[--len] = '\0';
-		if (len == 0 || f[0] == '#')
-			continue;
-		if ((p = passfile_field(f, host, false)) == NULL ||
-			(p = passfile_field(p, port, false)) == NULL ||
-			(p = passfile_field(p, fuser, false)) == NULL)
-			continue;			/* not a line of four fields */
 		passfile_field(p, fpass, true);
 		match = passfile_host_matches(ep, host) &&
 			passfile_port_matches(ep, port);
@@ -125,12 +118,34 @@ rw_passfile_match(const RwEndpoint *ep, const char *contents, char **user,
 			if (ep->user == NULL && fuser[0] != '\0' && strcmp(fuser, "*") != 0)
 				*user = pstrdup(fuser);
 			*password = pstrdup(fpass);
-			explicit_bzero(fpass, len + 1);
-			explicit_bzero(f, len + 1);
-			break;
 		}
-		explicit_bzero(fpass, len + 1);
-		explicit_bzero(f, len + 1);
+	}
+	explicit_bzero(buf, 5 * size);
+	pfree(buf);
+	return match;
+}
+
+/*
+ * The user and password the file's contents (a string) give for ep, as
+ * rw_password_lookup says: *user and *password are left alone when no line
+ * matches. The contents are the caller's to scratch. Never throws but on
+ * out of memory. Apart from the reading of the file, so that verify/fuzz/
+ * can call it without a backend.
+ */
+void
+rw_passfile_match(const RwEndpoint *ep, const char *contents, char **user,
+				  char **password)
+{
+	const char *line = contents;
+
+	while (*line)
+	{
+		const char *end = strchr(line, '\n');
+		size_t		len = end ? end - line : strlen(line);
+
+		if (passfile_line(ep, line, len, user, password) || end == NULL)
+			break;
+		line = end + 1;
 	}
 }
 

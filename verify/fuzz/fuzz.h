@@ -5,4 +5,7 @@
 /* Free every palloc since the last call: after each input. */
 extern void fuzz_reset(void);
 
+/* How many pallocs are not freed yet. */
+extern int	fuzz_live_chunks(void);
+
 #endif

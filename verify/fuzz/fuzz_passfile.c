@@ -7,7 +7,10 @@
  *	  Built and run by verify/fuzz.sh.
  *
  * Besides crashes, it checks what redis_conn.c relies on: a URL's user is
- * never replaced by the file's, and what is found is a string.
+ * never replaced by the file's, what is found is a string, and a lookup
+ * leaves nothing allocated but what it returns (a connection looks up
+ * again at each reconnection, in whatever memory context is current: the
+ * keeper's lasts as long as the keeper).
  *
  *-------------------------------------------------------------------------
  */
@@ -36,6 +39,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char	   *why = NULL;
 	char	   *user;
 	char	   *password;
+	int			before;
 
 	memcpy(s, data, size);
 	s[size] = '\0';
@@ -58,9 +62,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	user = ep.user;
 	password = NULL;
+	before = fuzz_live_chunks();
 	rw_passfile_match(&ep, contents, &user, &password);
 	if (ep.user != NULL && user != ep.user)
 		fail("the URL's user replaced by the file's");
+	if (fuzz_live_chunks() - before !=
+		(user != ep.user ? 1 : 0) + (password != NULL ? 1 : 0))
+		fail("a lookup leaves allocations behind");
 	if (password != NULL)
 		(void) strlen(password);
 	if (user != NULL)

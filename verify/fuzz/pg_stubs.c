@@ -68,6 +68,16 @@ fuzz_reset(void)
 	}
 }
 
+int
+fuzz_live_chunks(void)
+{
+	int			n = 0;
+
+	for (FuzzChunk *c = chunks; c != NULL; c = c->next)
+		n++;
+	return n;
+}
+
 void *
 palloc(Size size)
 {

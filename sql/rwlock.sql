@@ -63,6 +63,7 @@ SELECT redis_unlock(E'br{ace}s\nnewline é');
 SET rwlock.redis_url = 'http://x';
 SET rwlock.redis_url = 'redis+cluster://127.0.0.1:7000/1';
 SET rwlock.redis_url = 'redis+cluster:///';
+SET rwlock.redis_url = 'redis://u:a%00b@127.0.0.1:6379/0';
 SET rwlock.key_prefix = 'a{b';
 SET rwlock.lease = '1ms';
 

@@ -35,6 +35,12 @@
 #include "utils/acl.h"
 #include "utils/memutils.h"
 
+#define URL_NUL_WHY "A URL must not encode a NUL byte (%00): the user name, password or master name would end there."
+
+/*
+ * The len bytes at s with each %XX decoded, palloc'd; NULL if one is %00,
+ * which would cut the string short there (a password silently truncated).
+ */
 static char *
 url_percent_decode(const char *s, int len)
 {
@@ -48,7 +54,12 @@ url_percent_decode(const char *s, int len)
 		{
 			char		hex[3] = {s[i + 1], s[i + 2], 0};
 
-			out[o++] = (char) strtol(hex, NULL, 16);
+			out[o] = (char) strtol(hex, NULL, 16);
+			if (out[o++] == '\0')
+			{
+				pfree(out);
+				return NULL;
+			}
 			i += 2;
 		}
 		else
@@ -78,9 +89,13 @@ url_parse_userinfo(const char *s, const char *end, RwEndpoint *ep, char **why)
 			*why = "A user name needs a password: user:password@ (or give the password in rwlock.password_file and no user name in the URL).";
 			return NULL;
 		}
-		if (colon > s)
-			ep->user = url_percent_decode(s, colon - s);
-		ep->password = url_percent_decode(colon + 1, at - colon - 1);
+		if ((colon > s &&
+			 (ep->user = url_percent_decode(s, colon - s)) == NULL) ||
+			(ep->password = url_percent_decode(colon + 1, at - colon - 1)) == NULL)
+		{
+			*why = URL_NUL_WHY;
+			return NULL;
+		}
 	}
 	return at + 1;
 }
@@ -284,6 +299,11 @@ url_parse_sentinel(const char *s, RwEndpoint *ep, char **why)
 	name = end + 1;
 	name_end = name + strcspn(name, "/");
 	ep->master_name = url_percent_decode(name, name_end - name);
+	if (ep->master_name == NULL)
+	{
+		*why = URL_NUL_WHY;
+		return false;
+	}
 	if (*name_end == '/' && name_end[1] != '\0' &&
 		!url_parse_int(name_end + 1, strlen(name_end + 1), 0, 1000000, &ep->db))
 	{

@@ -12,8 +12,11 @@
 # the clients through their cluster classes), the load test, the chaos test (faults injected into its own Redis;
 # CHAOS_DURATION, default 30 s), the same in quorum mode (three masters, each
 # fault on one of them) and on a Redis Cluster (slot moves among the faults),
-# and the TAP suite (test/tap.sh: its own Redis
-# servers on 6382-6389, its own clusters, and pgbouncer in t/011).
+# the TAP suite (test/tap.sh: its own Redis
+# servers on 6382-6389, its own clusters, and pgbouncer in t/011), the
+# pg_regress and isolation suites again with rwlock built with ASan and UBSan
+# (verify/memcheck.sh: its own namespace, Redis and server), and the URL and
+# password-file parsers fuzzed (verify/fuzz.sh, FUZZ_SECONDS each, default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/redis.sh
@@ -43,4 +46,6 @@ pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 CHAOS_QUORUM=3 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 CHAOS_CLUSTER=1 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 bash test/tap.sh || status=1
+bash verify/memcheck.sh || status=1
+FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash verify/fuzz.sh || status=1
 exit $status

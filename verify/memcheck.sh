@@ -17,10 +17,11 @@
 # Needs root (it runs itself through tools/isolated.sh: its own loopback
 # for its Redis on 6379 and its server, its own copy of PostgreSQL's
 # library directory for the instrumented rwlock.so) and clang.
-#   bash verify/memcheck.sh            # about 2 minutes
+#   bash verify/memcheck.sh            # under a minute
 #   MEMCHECK_KEEP=1 ...                # keep the work directory (logs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "memcheck: needs root (unshare, runuser)" >&2; exit 1; }
 if [ -z "${MEMCHECK_ISOLATED:-}" ]; then
   export MEMCHECK_ISOLATED=1
   exec bash tools/isolated.sh bash verify/memcheck.sh "$@"
@@ -102,19 +103,23 @@ export PGHOST=$WORK/log PGPORT=$PORT PGUSER=postgres
 status=0
 start=$(date +%s)
 start_server
-make -s -C "$B" installcheck || { status=1; cat "$B"/regression.diffs "$B"/output_iso/regression.diffs 2>/dev/null || true; }
+# From here on a failure is noted and the run goes on to the verdict.
+set +e
+make -s -C "$B" installcheck || { status=1; cat "$B"/regression.diffs "$B"/output_iso/regression.diffs 2>/dev/null; }
 stop_server
-start_server -c shared_preload_libraries=rwlock
-make -s -C "$B" installcheck REGRESS=keeper ISOLATION= || { status=1; cat "$B"/regression.diffs 2>/dev/null || true; }
-createdb memcheck
+start_server -c shared_preload_libraries=rwlock || status=1
+wait_ready
+make -s -C "$B" installcheck REGRESS=keeper ISOLATION= || { status=1; cat "$B"/regression.diffs 2>/dev/null; }
+wait_ready
+createdb memcheck || status=1
 # deep.sql, and MEMCHECK_EXTRA's file if given: a session per part.
 awk -v out="$WORK/deep" '/^-- session/ { n++ } { print > (out "." sprintf("%02d", n) ".sql") }' \
   verify/memcheck/deep.sql ${MEMCHECK_EXTRA:+"$MEMCHECK_EXTRA"}
 for f in "$WORK"/deep.*.sql; do
   wait_ready
-  psql -X -q -v VERBOSITY=terse -d memcheck -f "$f" >>"$WORK/deep.out" 2>&1 || true
+  psql -X -q -v VERBOSITY=terse -d memcheck -f "$f" >>"$WORK/deep.out" 2>&1
 done
-stop_server
+stop_server || status=1
 echo "memcheck: suites ran in $(( $(date +%s) - start )) s under ASan+UBSan"
 
 # The verdict: every sanitizer report, and every backend the postmaster saw

@@ -18,7 +18,9 @@
 # for its Redis on 6379 and its server, its own copy of PostgreSQL's
 # library directory for the instrumented rwlock.so) and clang.
 #   bash verify/memcheck.sh            # under a minute
+#   bash verify/memcheck.sh CMD ARGS   # and CMD against the same server
 #   MEMCHECK_KEEP=1 ...                # keep the work directory (logs)
+#   MEMCHECK_EXTRA=file.sql ...        # more parts for deep.sql
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "memcheck: needs root (unshare, runuser)" >&2; exit 1; }
@@ -51,7 +53,10 @@ mkdir -p "$B"
 cp -a Makefile rwlock.control ./*.sql src lua tools sql expected specs "$B/"
 rm -f "$B"/src/*.o "$B"/src/*.bc "$B"/src/lua_scripts.c
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-CFLAGS="-g -O1 $SAN -Wall -Wno-unused-command-line-argument -Wno-ignored-attributes"
+# -fno-strict-aliasing as the server's build; not its -fwrapv: a signed
+# overflow is reported (a lease or token computation that wraps is a bug,
+# defined or not).
+CFLAGS="-g -O1 $SAN -fno-strict-aliasing -Wall -Wno-unused-command-line-argument -Wno-ignored-attributes"
 WRAP=
 for f in palloc palloc0 palloc_extended MemoryContextAlloc MemoryContextAllocZero \
   MemoryContextAllocZeroAligned MemoryContextAllocExtended MemoryContextStrdup \
@@ -119,6 +124,12 @@ for f in "$WORK"/deep.*.sql; do
   wait_ready
   psql -X -q -v VERBOSITY=terse -d memcheck -f "$f" >>"$WORK/deep.out" 2>&1
 done
+# A command given runs against the same server (PGHOST, PGPORT, PGUSER and
+# database memcheck; Redis on 127.0.0.1:6379), e.g. the random API test.
+if [ $# -gt 0 ]; then
+  wait_ready
+  PGDATABASE=memcheck "$@" || { status=1; echo "memcheck: $* failed"; }
+fi
 stop_server || status=1
 echo "memcheck: suites ran in $(( $(date +%s) - start )) s under ASan+UBSan"
 

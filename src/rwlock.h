@@ -53,9 +53,9 @@
  *	               loaded
  *	  stats.c      counters per database in shared memory (redis_lock_stats);
  *	               any file above may count, it calls none of them
- *	  url.c        parsing rwlock.redis_url, a node's spec, the password
- *	               file (guc.c validates with it, redis_conn.c
- *	               authenticates with it)
+ *	  url.c        parsing rwlock.redis_url and a node's spec (guc.c
+ *	               validates with it)
+ *	  passfile.c   the password file (redis_conn.c authenticates with it)
  *
  *-------------------------------------------------------------------------
  */
@@ -209,11 +209,16 @@ extern bool rw_parse_url(const char *spec, RwEndpoint *ep, char **why);
 extern const char *rw_tls_verify_name(RwTlsVerify v);
 extern bool rw_check_url(const char *url, char **why);
 extern char *rw_current_spec(void);
-extern bool rw_password_lookup(const RwEndpoint *ep, char **user,
-							   char **password, char *why, size_t whylen);
 extern const char *rw_endpoint_where(const RwEndpoint *ep);
 extern void rw_endpoint_set_addr(RwEndpoint *ep, const char *host, int port);
 extern bool rw_may_see_url(void);
+
+/* ---- passfile.c ---- */
+
+extern bool rw_password_lookup(const RwEndpoint *ep, char **user,
+							   char **password, char *why, size_t whylen);
+extern void rw_passfile_match(const RwEndpoint *ep, const char *contents,
+							  char **user, char **password);
 
 /* ---- redis_conn.c ---- */
 

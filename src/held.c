@@ -229,6 +229,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 					 errhint("The lock is not taken while a release of it may still be on its way.")));
 		}
 		rw_release_send_owed(node);
+		rw_deadlock_set_level(level);
 		if (!rw_wait_acquire(node, &h->keys, name, want, h->redis_mode,
 							 is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1),
 							 !is_try, &tok, &since, &h->lost))

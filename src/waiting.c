@@ -138,6 +138,7 @@ wait_end(bool withdraw)
 	if (!wait_state.active)
 		return;
 	wait_state.active = false;
+	rw_deadlock_wait_end(!withdraw);
 	if (wait_state.subscribed)
 		wait_unsubscribe();
 	if (withdraw && wait_state.intent)
@@ -152,6 +153,8 @@ wait_end(bool withdraw)
 void
 rw_abandon_wait(void)
 {
+	if (wait_state.active)
+		rw_stat_add(RW_STAT_CANCELS, 1);
 	wait_end(true);
 }
 
@@ -346,6 +349,7 @@ wait_sleep(long timeout_ms)
 static void
 wait_report_upgrade_conflict(const char *name, const char *other)
 {
+	rw_stat_add(RW_STAT_UPGRADE_CONFLICTS, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 			 errmsg("deadlock detected"),
@@ -357,6 +361,7 @@ wait_report_upgrade_conflict(const char *name, const char *other)
 static void
 wait_report_lock_timeout(const char *name, RwMode mode)
 {
+	rw_stat_add(RW_STAT_TIMEOUTS, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("canceling statement due to lock timeout"),
@@ -608,6 +613,12 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			result = Min(result, intent / 2);
 		if (split)
 			result = Min(result, wait_split_pause());
+		/* Past deadlock_timeout: logs, and the wait-for graph. */
+		if (rw_deadlock_tick(node, keys, name, mode, &result))
+		{
+			wait_end(true);
+			rw_deadlock_report();
+		}
 		wait_sleep(left < 0 ? result : Min(result, left));
 		CHECK_FOR_INTERRUPTS();
 	}

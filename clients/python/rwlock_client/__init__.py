@@ -29,7 +29,7 @@ just ahead of the next acquisition of that name.
 from typing import TYPE_CHECKING
 
 from ._protocol import (INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, PROTOCOL_VERSION, SCRIPTS,
-                        LockTimeout, ProtocolVersionError, ReadLockLost, ReplicasNotAcknowledged,
+                        DeadlockDetected, LockTimeout, ProtocolVersionError, ReadLockLost, ReplicasNotAcknowledged,
                         RWLockError, UpgradeConflict, default_lua_dir, encode_name,
                         load_scripts, lock_keys)
 from ._sync import Client, Lock, sentinel_redis
@@ -50,7 +50,7 @@ def __getattr__(name):
 __all__ = [
     "PROTOCOL_VERSION", "INTENT_MS", "KEEP_TOKEN_MS", "NAME_MAX", "SCRIPTS",
     "Client", "Lock", "AsyncClient", "AsyncLock", "RWLockError",
-    "ProtocolVersionError", "LockTimeout", "UpgradeConflict",
+    "ProtocolVersionError", "LockTimeout", "DeadlockDetected", "UpgradeConflict",
     "ReplicasNotAcknowledged", "ReadLockLost", "lock_keys", "encode_name", "sentinel_redis",
     "load_scripts", "default_lua_dir", "QuorumClient",
 ]

@@ -70,7 +70,8 @@ class BaseClient:
 
     def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
                  lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
-                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1) -> None:
+                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1,
+                 deadlock_timeout: Optional[float] = 1.0) -> None:
         p.check_prefix(prefix)
         if lease <= 0:
             raise ValueError("lease must be positive")
@@ -81,6 +82,9 @@ class BaseClient:
         self.owner_prefix = p.owner_prefix()
         self.wait_replicas = int(wait_replicas)
         self.wait_replicas_timeout = float(wait_replicas_timeout)
+        # A wait this long says what it waits for (deadlock detection);
+        # None: never (a cycle through this client is then not found).
+        self.deadlock_timeout = deadlock_timeout
         self._bodies = p.load_scripts(lua_dir)
         # EVALSHA by our own SHA1s (not register_script: redis-py 4.3's
         # Script does not work on RedisCluster).
@@ -464,6 +468,14 @@ class Lock(LockState):
             if isinstance(s, Subscribe):
                 ps = c._subscribe(channel)
                 return ps is not None
+            if isinstance(s, p.CheckIn):
+                value = p.wait_value(mode, s.nonce, c._keys(self.name)[0])
+                old = c.redis.set(p.wait_key(c.prefix, self.owner), value,
+                                  px=s.ttl_ms, get=True)
+                return p.marked_cycle(old, value)
+            if isinstance(s, p.DropWait):
+                c.redis.delete(p.wait_key(c.prefix, self.owner))
+                return None
             assert isinstance(s, Sleep)
             if not s.subscribed:
                 time.sleep(max(0.0, s.seconds))
@@ -478,7 +490,7 @@ class Lock(LockState):
 
         try:
             return drive(p.take_plan(self.name, mode, timeout, upgrade, is_try,
-                                     c.wait_replicas, granted), step)
+                                     c.wait_replicas, granted, c.deadlock_timeout), step)
         finally:
             if ps is not None:
                 try:

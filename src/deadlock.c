@@ -114,6 +114,9 @@ static RwLevel dl_next_level = RW_SESSION;
 typedef struct DlHop
 {
 	char	   *owner;
+	char	   *as;				/* the owner that waits in the lock: owner,
+								 * or another of the same task (a client's
+								 * holder waiting through a new owner id) */
 	char	   *value;			/* its wait key's value (ours: dl.value) */
 	char		mode;			/* 'r' or 'w' */
 	char	   *key;
@@ -343,13 +346,18 @@ dl_keys_of(const char *key, RwKeys *keys)
 }
 
 /*
- * Parse a wait key's value "2 <r|w> <nonce> <lock key>": false if it is of
- * another protocol version (ignored: no edge), marked, or malformed.
+ * Parse a wait key's value "2 <r|w> <nonce>[@<owner>] <lock key>": false if
+ * it is of another protocol version (ignored: no edge), marked, or
+ * malformed. *as: the owner after '@', which waits in the lock on behalf
+ * of the key's owner (a client's task holding with one owner id and
+ * waiting with another); else NULL.
  */
 static bool
-dl_parse_value(const char *value, char *mode, char **key)
+dl_parse_value(const char *value, char *mode, char **key, char **as)
 {
 	const char *p;
+	const char *nonce;
+	const char *at;
 
 	if (strncmp(value, RW_PROTOCOL_VERSION " ", strlen(RW_PROTOCOL_VERSION) + 1) != 0)
 		return false;
@@ -357,9 +365,12 @@ dl_parse_value(const char *value, char *mode, char **key)
 	if ((p[0] != 'r' && p[0] != 'w') || p[1] != ' ')
 		return false;
 	*mode = p[0];
-	p = strchr(p + 2, ' ');
+	nonce = p + 2;
+	p = strchr(nonce, ' ');
 	if (p == NULL || p[1] == '\0')
 		return false;
+	at = memchr(nonce, '@', p - nonce);
+	*as = at ? pnstrdup(at + 1, p - at - 1) : NULL;
 	*key = pstrdup(p + 1);
 	return true;
 }
@@ -553,7 +564,7 @@ dl_search(DlWalk *w)
 	char	  **blockers;
 	int			n;
 
-	if (dl_blockers_of(hop->key, hop->owner, hop->mode, &blockers, &n) <= 0)
+	if (dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n) <= 0)
 		return false;
 	if (w->depth == 1)
 	{
@@ -576,9 +587,13 @@ dl_search(DlWalk *w)
 		if (w->depth == DL_MAX_DEPTH || (value = dl_get_wait(b)) == NULL)
 			continue;
 		next = &w->path[w->depth];
-		if (!dl_parse_value(value, &next->mode, &next->key))
+		if (!dl_parse_value(value, &next->mode, &next->key, &next->as))
 			continue;
 		next->owner = b;
+		if (next->as == NULL)
+			next->as = b;
+		else if (strncmp(next->as, "pg:", 3) != 0)
+			w->foreign = true;
 		next->value = value;
 		w->depth++;
 		if (dl_search(w))
@@ -607,7 +622,7 @@ dl_recheck(DlWalk *w)
 			if (value == NULL || strcmp(value, hop->value) != 0)
 				return false;
 		}
-		if (dl_blockers_of(hop->key, hop->owner, hop->mode, &blockers, &n) <= 0)
+		if (dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n) <= 0)
 			return false;
 		for (int j = 0; j < n && !found; j++)
 			found = strcmp(blockers[j], next) == 0;
@@ -758,7 +773,7 @@ dl_walk(bool log)
 	int			v;
 
 	memset(&w, 0, sizeof(w));
-	w.path[0].owner = (char *) rw_owner_id();
+	w.path[0].owner = w.path[0].as = (char *) rw_owner_id();
 	w.path[0].value = dl.value;
 	w.path[0].mode = dl.mode == RW_WRITE ? 'w' : 'r';
 	w.path[0].key = dl.lock_key;

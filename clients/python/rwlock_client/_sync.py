@@ -7,6 +7,7 @@ import heapq
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import redis
@@ -222,6 +223,15 @@ class Client(BaseClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._renewer = Renewer()
+        # The holds each thread took: a thread that waits waits for them all
+        # (deadlock detection: their owners' wait keys say so too).
+        self._thread_holds = threading.local()
+
+    def _holds_of_thread(self) -> "weakref.WeakSet":
+        holds = getattr(self._thread_holds, "locks", None)
+        if holds is None:
+            holds = self._thread_holds.locks = weakref.WeakSet()
+        return holds
 
     def info(self, name: str) -> Dict[str, Any]:
         """The state of lock `name` as Redis has it now."""
@@ -458,6 +468,10 @@ class Lock(LockState):
         def granted(token: int, sent: float) -> None:
             self._granted(mode, token, sent)
 
+        def aliases() -> List[str]:
+            return sorted({lk.owner for lk in list(c._holds_of_thread())
+                           if lk._held and lk.owner != self.owner})
+
         def step(s: p.Step) -> Any:
             nonlocal ps
             if isinstance(s, Acquire):
@@ -469,12 +483,19 @@ class Lock(LockState):
                 ps = c._subscribe(channel)
                 return ps is not None
             if isinstance(s, p.CheckIn):
-                value = p.wait_value(mode, s.nonce, c._keys(self.name)[0])
-                old = c.redis.set(p.wait_key(c.prefix, self.owner), value,
-                                  px=s.ttl_ms, get=True)
-                return p.marked_cycle(old, value)
+                # This owner's wait, and the same wait for each owner id that
+                # holds a lock in this thread ("<nonce>@<this owner>").
+                hkey = c._keys(self.name)[0]
+                cycle = None
+                for owner in [self.owner] + aliases():
+                    nonce = s.nonce if owner == self.owner else s.nonce + "@" + self.owner
+                    value = p.wait_value(mode, nonce, hkey)
+                    old = c.redis.set(p.wait_key(c.prefix, owner), value,
+                                      px=s.ttl_ms, get=True)
+                    cycle = cycle or p.marked_cycle(old, value)
+                return cycle
             if isinstance(s, p.DropWait):
-                c.redis.delete(p.wait_key(c.prefix, self.owner))
+                c.redis.delete(*[p.wait_key(c.prefix, o) for o in [self.owner] + aliases()])
                 return None
             assert isinstance(s, Sleep)
             if not s.subscribed:
@@ -499,6 +520,7 @@ class Lock(LockState):
                     pass
 
     def _granted(self, mode: str, token: int, sent: float) -> None:
+        self.client._holds_of_thread().add(self)
         with self._mutex:
             self._set_granted(mode, token, sent)
             self.client._renewer.schedule(self, self.lease / 3.0)

@@ -1,5 +1,5 @@
 -- rwlock protocol 2: mark a waiting owner as the victim of a deadlock
--- (docs/protocol.md section 14).
+-- (docs/protocol.md section 18).
 --
 -- KEYS[1]  <prefix>:wait:{<owner>}: what the owner waits for
 -- ARGV[1]  protocol version ("2")

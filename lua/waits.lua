@@ -1,5 +1,5 @@
 -- rwlock protocol 2: whom an owner waiting for a lock waits for, read-only
--- (deadlock detection, docs/protocol.md section 14).
+-- (deadlock detection, docs/protocol.md section 18).
 --
 -- KEYS     as acquire.lua
 -- ARGV[1]  protocol version ("2")

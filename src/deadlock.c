@@ -16,7 +16,7 @@
  * lock it waits for, shown by redis_locks with granted = false and used by
  * redis_blocking_pids. Written at the start and end of a wait only.
  *
- * The wait-for graph (docs/protocol.md section 14). Once a wait has lasted
+ * The wait-for graph (docs/protocol.md section 18). Once a wait has lasted
  * deadlock_timeout the waiter says in Redis what it waits for: the key
  * <prefix>:wait:{<owner>} holds "2 <mode> <nonce> <lock key>", with a time
  * to live of a few deadlock_timeouts, written again (SET ... GET) once per

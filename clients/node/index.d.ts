@@ -21,6 +21,8 @@ export interface LocksOptions {
   waitReplicas?: number;
   /** WAIT's timeout, ms. Default 100. */
   waitReplicasTimeout?: number;
+  /** A wait this long says in Redis what it waits for (deadlock detection, docs/protocol.md 18), ms. Default 1000; null: never. */
+  deadlockTimeout?: number | null;
 }
 
 export interface LockOptions {
@@ -86,6 +88,11 @@ export declare class ProtocolVersionError extends RWLockError {}
 export declare class LockTimeoutError extends RWLockError {}
 export declare class UpgradeConflictError extends RWLockError {
   readonly other: string;
+}
+export declare class DeadlockDetectedError extends RWLockError {
+  readonly lock: string;
+  /** One line per wait of the cycle: "<owner> <r|w> <blocked by owner> <lock key>". */
+  readonly cycle: string;
 }
 export declare class ReadLockLostError extends RWLockError {
   readonly lock: string;

@@ -49,6 +49,16 @@ class ReadLockLostError extends RWLockError {
     this.lock = name;
   }
 }
+// This holder's wait closed a cycle of waits and was chosen to give up
+// (docs/protocol.md 18); its intent or mark is withdrawn. cycle: one line per
+// wait, "<owner> <r|w> <blocked by owner> <lock key>".
+class DeadlockDetectedError extends RWLockError {
+  constructor(name, cycle) {
+    super(`deadlock detected while waiting for lock ${JSON.stringify(name)}: ` +
+      cycle.split('\n').join('; '));
+    Object.assign(this, { lock: name, cycle });
+  }
+}
 class ReplicasNotAcknowledgedError extends RWLockError {
   constructor(name, acks, wanted) {
     super(`lock ${JSON.stringify(name)} was granted but only ${acks} of the ${wanted} ` +
@@ -195,7 +205,9 @@ class Locks {
    * @param redis an ioredis Redis (also one made for Sentinel) or Cluster
    * @param options prefix (the extension's rwlock.key_prefix), lease (ms, the
    *   extension's rwlock.lease), luaDir, subscribeTimeout (ms), waitReplicas,
-   *   waitReplicasTimeout (ms)
+   *   waitReplicasTimeout (ms), deadlockTimeout (ms, default 1000: a wait
+   *   this long says in Redis what it waits for, so that deadlocks through
+   *   it are found; null: never)
    */
   constructor(redis, options = {}) {
     const prefix = options.prefix === undefined ? 'rwlock' : options.prefix;
@@ -208,6 +220,7 @@ class Locks {
     if (!(this.lease > 0)) throw new TypeError('lease must be positive (ms)');
     this.waitReplicas = options.waitReplicas || 0;
     this.waitReplicasTimeout = options.waitReplicasTimeout || 100;
+    this.deadlockTimeout = options.deadlockTimeout === undefined ? 1000 : options.deadlockTimeout;
     this.scripts = loadScripts(options.luaDir);
     this.ownerPrefix = `node:${os.hostname().slice(0, 40)}:${process.pid}`;
     this.subscriber = new Subscriber(redis, options.subscribeTimeout || 2000);
@@ -420,6 +433,18 @@ class Lock extends EventEmitter {
     let woken = false;
     let wake = null;
     let done = false;
+    // Deadlock detection (docs/protocol.md 18): once waiting that long, say
+    // what we wait for, again each deadlockTimeout; a mark left there by a
+    // deadlock's finder makes this wait its victim.
+    const waitKey = `${L.prefix}:wait:{${encodeName(this.owner)}}`;
+    const waitValue = `${PROTOCOL_VERSION} ${mode} ${crypto.randomBytes(4).toString('hex')} ` +
+      lockKeys(L.prefix, this.name)[0];
+    let checkAt = null;
+    let published = false;
+    const dropWait = async () => {
+      if (published) await L.redis.del(waitKey).catch(() => {});
+      published = false;
+    };
     try {
       for (;;) {
         const sent = now();
@@ -427,6 +452,7 @@ class Lock extends EventEmitter {
         if (status === GRANTED) {
           done = true;
           this._granted(mode, value, sent);
+          await dropWait();
           return true;
         }
         if (status === UNACKED) {
@@ -451,7 +477,24 @@ class Lock extends EventEmitter {
         if (deadline !== null && t >= deadline) {
           done = true;
           if (withdraw) await L._release(this.name, this.owner, 'q');
+          await dropWait();
           return false;
+        }
+        if (intent && L.deadlockTimeout) {
+          if (checkAt === null) checkAt = t + L.deadlockTimeout;
+          else if (t >= checkAt) {
+            const ttl = Math.max(3 * L.deadlockTimeout, 2 * INTENT_MS);
+            const old = await L.redis.set(waitKey, waitValue, 'PX', Math.round(ttl), 'GET');
+            published = true;
+            checkAt = now() + L.deadlockTimeout;
+            const head = `!${waitValue}\n`;
+            if (old != null && String(old).startsWith(head)) {
+              done = true;
+              await L._release(this.name, this.owner, 'q');
+              await dropWait();
+              throw new DeadlockDetectedError(this.name, String(old).slice(head.length));
+            }
+          }
         }
         if (!unlisten) {
           // Listen first, then try again before any sleep, so a release
@@ -466,6 +509,7 @@ class Lock extends EventEmitter {
         if (intent) wait = Math.min(wait, intent / 2); // keep our mark alive
         if (deadline !== null) wait = Math.min(wait, deadline - t);
         if (!unlisten) wait = Math.min(wait, POLL_MS);
+        if (checkAt !== null) wait = Math.max(0, Math.min(wait, checkAt - t));
         if (!woken) {
           await new Promise((resolve) => {
             const timer = setTimeout(resolve, wait);
@@ -483,6 +527,7 @@ class Lock extends EventEmitter {
         // The connection failed with a call in flight: undo whatever may have
         // been granted, withdraw the intent (owed if it fails too).
         await L._release(this.name, this.owner, undo, leaseMs).catch(() => {});
+        await dropWait();
       }
       throw e;
     } finally {
@@ -596,5 +641,5 @@ module.exports = {
   PROTOCOL_VERSION, INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, SCRIPTS,
   Locks, Lock, RWLockError, ProtocolVersionError, LockTimeoutError,
   UpgradeConflictError, ReplicasNotAcknowledgedError, ReadLockLostError,
-  encodeName, lockKeys, loadScripts, defaultLuaDir,
+  DeadlockDetectedError, encodeName, lockKeys, loadScripts, defaultLuaDir,
 };

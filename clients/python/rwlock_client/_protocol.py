@@ -52,7 +52,7 @@ class UpgradeConflict(RWLockError):
 
 class DeadlockDetected(RWLockError):
     """This holder's wait closed a cycle of waits (sessions of any server,
-    clients) and was chosen to give up (docs/protocol.md 14). Its intent or
+    clients) and was chosen to give up (docs/protocol.md 18). Its intent or
     mark is withdrawn; release what it holds and retry. `cycle`: one line
     per wait, "<owner> <r|w> <blocked by owner> <lock key>"."""
 
@@ -106,7 +106,7 @@ def lock_keys(prefix: str, name: str) -> Tuple[str, str, str]:
 
 
 def wait_key(prefix: str, owner: str) -> str:
-    """<prefix>:wait:{<owner>}: what the owner waits for (docs/protocol.md 14)."""
+    """<prefix>:wait:{<owner>}: what the owner waits for (docs/protocol.md 18)."""
     return "%s:wait:{%s}" % (prefix, encode_name(owner))
 
 
@@ -367,7 +367,7 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
     ReadLockLost, DeadlockDetected. With deadlock_timeout (s), a wait that
     lasts that long says in Redis what it waits for, again every
     deadlock_timeout, so that deadlocks through it are found (by the SQL
-    sessions, docs/protocol.md 14)."""
+    sessions, docs/protocol.md 18)."""
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     check_at = None                     # the next CheckIn, once waiting
     published = False

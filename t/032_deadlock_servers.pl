@@ -13,6 +13,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
+our %ended_at;    # session -> seconds to the end of its request (finish_all)
+
 my $port = redis_start();
 my $conf = "rwlock.key_prefix = 'shared'\ndeadlock_timeout = '1s'\nlog_lock_waits = on\n";
 my $n1 = new_node('dl1', port => $port, preload => 1, lease => '10s', conf => $conf);
@@ -31,8 +33,41 @@ sub holding
 	return $s;
 }
 
-# Each session asks for the next one's lock; returns (sqlstates, errors,
-# seconds from the last request to the last answer).
+# Wait for every session's request to end (at most $secs s), ending each
+# one's transaction as soon as its request ends, so that the victim's abort
+# lets the next on, and that one's end the next:
+# (sqlstates or 'granted' or 'still waiting', errors, seconds to the end).
+sub finish_all
+{
+	my ($sessions, $secs, $t_from) = @_;
+	my (@states, @errs);
+	my $t_end = time + $secs;
+	my $left = scalar @$sessions;
+	while ($left > 0 && time < $t_end)
+	{
+		for my $i (0 .. $#$sessions)
+		{
+			next if defined $states[$i] || !sq_poll($sessions->[$i]);
+			my ($out, $err) = sq_wait($sessions->[$i], 1);
+			$states[$i] = sqlstate($err) || ($out eq 't' ? 'granted' : "other: $out $err");
+			$errs[$i] = $err;
+			$main::ended_at{$sessions->[$i]} = time - $t_from;
+			sq($sessions->[$i], 'ROLLBACK');
+			$left--;
+		}
+		sleep 0.02;
+	}
+	my $secs_taken = time - $t_from;
+	for my $i (0 .. $#$sessions)
+	{
+		next if defined $states[$i];
+		$states[$i] = 'still waiting';
+		$errs[$i] = '';
+	}
+	return (\@states, \@errs, $secs_taken);
+}
+
+# Each session asks for the next one's lock; returns as finish_all.
 sub cycle_of
 {
 	my ($sessions, $names, $wants) = @_;
@@ -42,41 +77,25 @@ sub cycle_of
 		$t_last = sq_send($sessions->[$i], "SELECT redis_wlock_xact('$wants->[$i]') > 0");
 		sleep 0.3;
 	}
-	my (@states, @errs);
-	for my $s (@$sessions)
-	{
-		my ($out, $err) = sq_wait($s, 20);
-		push @states, defined $out ? sqlstate($err) . ($out eq 't' ? 'granted' : '') : 'still waiting';
-		push @errs, $err // '';
-		# The victim's transaction is aborted: its locks are free now. The
-		# others end theirs so the next in line proceeds.
-		sq($s, 'ROLLBACK');
-	}
-	return (\@states, \@errs, time - $t_last);
+	return finish_all($sessions, 25, $t_last);
 }
 
 # ---- a 2-cycle: a session of each server ----
 {
 	my $a = holding($n1, 'c2a');
 	my $b = holding($n2, 'c2b');
-	my $t0 = time;
 	sq_send($a, "SELECT redis_wlock_xact('c2b') > 0");
 	sleep 0.3;
 	my $t1 = sq_send($b, "SELECT redis_wlock_xact('c2a') > 0");
-	my ($oa, $ea) = sq_wait($a, 20);
-	my $ta = time - $t1;
-	my ($ob, $eb) = sq_wait($b, 20);
-	my $tb = time - $t1;
-	my @st = sort(sqlstate($ea // ''), sqlstate($eb // ''));
-	is_deeply(\@st, [ '', '40P01' ], '2-cycle across two servers: exactly one 40P01');
-	my $ve = sqlstate($ea // '') eq '40P01' ? $ea : $eb;
-	my $broken = sqlstate($ea // '') eq '40P01' ? $ta : $tb;
+	my ($stp, $errp) = finish_all([ $a, $b ], 25, $t1);
+	is_deeply([ sort @$stp ], [ '40P01', 'granted' ], '2-cycle across two servers: exactly one 40P01, the other its lock');
+	my ($vi) = grep { $stp->[$_] eq '40P01' } 0 .. 1;
+	my $ve = defined $vi ? $errp->[$vi] : '';
+	my $broken = defined $vi ? $main::ended_at{ ($a, $b)[$vi] } : 99;
 	cmp_ok($broken, '<', 1.0 + 1.0 + 1.0, "broken $broken s after the cycle closed (deadlock_timeout 1 s; margin for a loaded machine)");
 	like($ve, qr/ERROR:  40P01: deadlock detected/, 'the error');
 	like($ve, qr/DETAIL:  Process \d+ waits for write lock "c2\w"; blocked by pg:[0-9a-f]+:\d+:[0-9a-f]+\.\n(?:Process|pg:)\S* ?\S* waits for write lock "c2\w"; blocked by process \d+\./,
 		'the DETAIL names the cycle, the other server\'s session by its owner id');
-	sq($a, 'ROLLBACK');
-	sq($b, 'ROLLBACK');
 	$a->quit; $b->quit;
 }
 
@@ -92,7 +111,48 @@ sub cycle_of
 	my ($ve) = grep { /40P01/ } @$errs;
 	my @lines = ($ve // '') =~ /^(?:DETAIL:  |)((?:Process \d+|pg:\S+) waits for write lock "c3\w"; blocked by (?:process \d+|pg:\S+)\.)$/mg;
 	is(scalar(@lines), 3, 'the DETAIL names the three waits of the cycle') or diag $ve;
+	my ($vi) = grep { $states->[$_] eq '40P01' } 0 .. 2;
+	my $broken = defined $vi ? $main::ended_at{ $s[$vi] } : 99;
+	cmp_ok($broken, '<', 1.0 + 1.0 + 1.0, "3-cycle broken $broken s after it closed");
 	$_->quit for @s;
+}
+
+# ---- read modes: a reader blocked by a writer, a writer by a reader ----
+{
+	my $a = session($n1);
+	my $b = session($n2);
+	sq($a, "BEGIN; SELECT redis_rlock_xact('rw_r')");
+	sq($b, "BEGIN; SELECT redis_wlock_xact('rw_w')");
+	sq_send($a, "SELECT redis_rlock_xact('rw_w') >= 0");    # a reader behind writer B
+	sleep 0.3;
+	sq_send($b, "SELECT redis_wlock_xact('rw_r') > 0");    # a writer behind reader A
+	my ($stp, $errp) = finish_all([ $a, $b ], 25, time);
+	is_deeply([ sort @$stp ], [ '40P01', 'granted' ], 'read and write modes: exactly one 40P01, the other its lock');
+	my ($ve) = grep { /40P01/ } @$errp;
+	like($ve // '', qr/waits for read lock "rw_w"/, 'the DETAIL names the read wait');
+	$_->quit for ($a, $b);
+}
+
+# ---- a soft edge: a reader queued behind a waiting writer ----
+{
+	# A holds read q; B waits for write q (behind A); C holds write z and
+	# asks for read q (behind queued B: writer preference); A asks for z.
+	# A -> C -> B -> A.
+	my ($a, $b, $c) = (session($n1), session($n2), session($n1));
+	sq($a, "BEGIN; SELECT redis_rlock_xact('soft_q')");
+	sq($c, "BEGIN; SELECT redis_wlock_xact('soft_z')");
+	sq($b, "BEGIN");
+	sq_send($b, "SELECT redis_wlock_xact('soft_q') > 0");
+	sleep 0.3;
+	sq_send($c, "SELECT redis_rlock_xact('soft_q') >= 0");
+	sleep 0.3;
+	sq_send($a, "SELECT redis_wlock_xact('soft_z') > 0");
+	my ($stp) = finish_all([ $a, $b, $c ], 25, time);
+	my @st = @$stp;
+	is(scalar(grep { $_ eq '40P01' } @st), 1, 'a cycle through a queued writer (soft edge): exactly one 40P01')
+	  or diag explain \@st;
+	is(scalar(grep { $_ eq 'granted' } @st), 2, 'the two others get their locks') or diag explain \@st;
+	$_->quit for ($a, $b, $c);
 }
 
 # ---- no false positive: a chain without a cycle ----
@@ -118,7 +178,7 @@ sub cycle_of
 
 my ($d1) = $n1->safe_psql('postgres', "SELECT sum(deadlocks) FROM redis_lock_stats");
 my ($d2) = $n2->safe_psql('postgres', "SELECT sum(deadlocks) FROM redis_lock_stats");
-is($d1 + $d2, 2, 'two deadlocks counted over both servers');
+is($d1 + $d2, 4, 'four deadlocks counted over both servers');
 is(redis_cli($port, '--scan', '--pattern', "$prefix:wait:*"), '', 'no wait key left in Redis');
 like(slurp_file($n1->logfile) . slurp_file($n2->logfile), qr/detected deadlock while waiting for Redis write lock "c\d\w" after \d+\.\d{3} ms/,
 	'the victim logs the deadlock (log_lock_waits)');

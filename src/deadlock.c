@@ -858,7 +858,11 @@ rw_deadlock_tick(RwNode *node, const RwKeys *keys, const char *name,
 	now = rw_now_ms();
 	if (now >= dl.next_ms && DeadlockTimeout > 0)
 	{
-		old = MemoryContextSwitchTo(dl_cxt);
+		/* What a check allocates goes with it: a wait may last for hours. */
+		MemoryContext check_cxt = AllocSetContextCreate(dl_cxt, "rwlock deadlock check",
+														ALLOCSET_SMALL_SIZES);
+
+		old = MemoryContextSwitchTo(check_cxt);
 		if (!quorum)
 			victim = dl_check_in();
 		if (!victim && !quorum && (!dl.checked || dl.rewalk))
@@ -867,6 +871,7 @@ rw_deadlock_tick(RwNode *node, const RwKeys *keys, const char *name,
 			dl_log("still waiting for", NULL, 0);
 		dl.checked = true;
 		MemoryContextSwitchTo(old);
+		MemoryContextDelete(check_cxt);
 		dl.next_ms = rw_now_ms() + DeadlockTimeout;
 	}
 	if (victim)

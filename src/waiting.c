@@ -594,6 +594,15 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 				wait_report_lock_timeout(name, mode);
 			return false;
 		}
+		/*
+		 * A wait, from its first busy answer; past deadlock_timeout, its logs
+		 * and the wait-for graph (deadlock.c).
+		 */
+		if (rw_deadlock_tick(node, keys, name, mode, &result))
+		{
+			wait_end(true);
+			rw_deadlock_report();
+		}
 		if (!wait_state.subscribed)
 		{
 			/* Try again once listening, before any sleep. */
@@ -613,12 +622,6 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			result = Min(result, intent / 2);
 		if (split)
 			result = Min(result, wait_split_pause());
-		/* Past deadlock_timeout: logs, and the wait-for graph. */
-		if (rw_deadlock_tick(node, keys, name, mode, &result))
-		{
-			wait_end(true);
-			rw_deadlock_report();
-		}
 		wait_sleep(left < 0 ? result : Min(result, left));
 		CHECK_FOR_INTERRUPTS();
 	}

@@ -10,7 +10,9 @@
 #  3. a wait with no deadlock costs one Redis call per deadlock_timeout (the
 #     wait key's SET) and one walk (a GET);
 #  4. 20 sessions on two servers locking random names, reads and writes, in
-#     one global order for 20 s: no deadlock reported, no error.
+#     one global order for 20 s: no deadlock reported, no error;
+#  5. a wait key naming a wait that is not there (its intent is not in the
+#     lock) is no edge: no 40P01.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -146,6 +148,24 @@ sub py_until
 	my ($out) = sq_wait($b, 10);
 	is($out, 't', '3. the waiter gets the lock');
 	sq($b, "SELECT redis_unlock('cost')");
+	$_->quit for ($a, $b);
+}
+
+# ---- 5. no false positive: a wait key left by a wait that ended ----
+{
+	# A holds h1 and waits for nothing, but a wait key (left by a crash, or a
+	# client of its owner id) says it waits for h2, which B holds. B asks for
+	# h1: the walk finds A's key, but A's intent is not in h2: no edge.
+	my ($a, $b) = (session($n1), session($n1));
+	sq($a, "SELECT redis_wlock('h1')");
+	sq($b, "SELECT redis_wlock('h2')");
+	my $owner_a = session_owner($a);
+	redis_cli($port, 'SET', "$prefix:wait:{$owner_a}", "2 w deadbeef $prefix:{h2}", 'PX', '20000');
+	sq($b, "SET lock_timeout = '3s'");
+	my ($out, $err) = sq($b, "SELECT redis_wlock('h1')");
+	is(sqlstate($err), '55P03', '5. a stale wait key makes no cycle: the wait ends by lock_timeout, not 40P01');
+	redis_cli($port, 'DEL', "$prefix:wait:{$owner_a}");
+	sq($_, "SELECT redis_unlock_all()") for ($a, $b);
 	$_->quit for ($a, $b);
 }
 

@@ -468,8 +468,10 @@ class Suite:
             check("the client then gets its lock", reply.get("ok") is True, str(reply))
             waiter.release()
             held.release()
+        kw = {"target_nodes": "all"} if self.srv.cluster else {}
         check("no wait key left behind", wait_until(
-            lambda: not self.r.keys(PREFIX + ":wait:*"), 5), str(self.r.keys(PREFIX + ":wait:*")))
+            lambda: not self.r.keys(PREFIX + ":wait:*", **kw), 5),
+            str(self.r.keys(PREFIX + ":wait:*", **kw)))
 
     # wake-up latency, client -> SQL
     def handoff_to_sql(self):

@@ -755,8 +755,8 @@ dl_log(const char *what, char **owners, int n)
 				(errmsg("process %d %s Redis %s lock \"%s\" after %.3f ms",
 						MyProcPid, what, dl.mode == RW_WRITE ? "write" : "read",
 						dl.name, ms),
-				 n > 0 ? errdetail_log_plural("Blocked by: %s.", "Blocked by: %s.",
-											  n, dl_describe_blockers(owners, n)) : 0));
+				 n > 0 ? errdetail_log("Blocked by: %s.",
+									   dl_describe_blockers(owners, n)) : 0));
 	else
 		ereport(LOG,
 				(errmsg("process %d %s Redis %s lock \"%s\" after %.3f ms",

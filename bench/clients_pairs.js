@@ -40,7 +40,7 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const locks = new Locks(redis);
   const lk = locks.writeLock('bench:node');
   const cases = [
-    ['rwlock (node)', async () => { await lk.acquire(); await lk.release(); }],
+    ['pg-rwlock-redis', async () => { await lk.acquire(); await lk.release(); }],
     ['SET NX PX + compare-and-delete', async () => {
       const tok = crypto.randomBytes(16).toString('hex');
       if ((await redis.set('bench:plain:node', tok, 'PX', 30000, 'NX')) !== 'OK') throw new Error('busy');
@@ -51,7 +51,7 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   for (let r = 0; r < reps; r++) for (const [name, fn] of cases) runs[name].push(await timed(fn, seconds));
   console.log(`node, acquire + release of a free write lock, 1 client, µs per pair (median of ${reps} x ${seconds} s):`);
   for (const [name] of cases) console.log(`  ${name.padEnd(32)} ${median(runs[name]).toFixed(1).padStart(8)}`);
-  console.log(`  rwlock (node) / plain = ${(median(runs['rwlock (node)']) / median(runs['SET NX PX + compare-and-delete'])).toFixed(2)}`);
+  console.log(`  pg-rwlock-redis / plain = ${(median(runs['pg-rwlock-redis']) / median(runs['SET NX PX + compare-and-delete'])).toFixed(2)}`);
   locks.close();
   redis.disconnect();
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -31,7 +31,8 @@
  *	  TRYAGAIN	 a migration has some keys of the lock on each side: retried
  *	  CLUSTERDOWN after a short pause;
  * each within one rwlock.command_timeout from the operation's start, after
- * which it is an error of class 08 (the slot has no master that answers).
+ * which it is an error of class 08 (RW_ERR_UNSERVED: the slot was not
+ * served in time; a waiter tries again, waiting.c).
  * None of these answers ran the command. The caller does the retrying, so
  * that releases owed for the name go ahead of the retried command on its
  * new connection (release.c).
@@ -439,10 +440,16 @@ rw_cluster_redirected(RwNode *node, RwError *err, int64 started)
 		char		msg[sizeof(err->msg)];
 
 		snprintf(msg, sizeof(msg),
-				 "the cluster did not serve the lock's slot within rwlock.command_timeout (%d ms); last answer: %s",
-				 rw_command_timeout_ms, err->msg);
+				 "the cluster redirected the command for longer than rwlock.command_timeout (%d ms), and it did not run: %s; last answer: %.120s",
+				 rw_command_timeout_ms,
+				 strncmp(err->msg, "TRYAGAIN", 8) == 0 ?
+				 "the lock's hash slot is being migrated, some of its keys on each side" :
+				 strncmp(err->msg, "CLUSTERDOWN", 11) == 0 ?
+				 "the lock's hash slot has no master that answers (a failover under way?)" :
+				 "the lock's hash slot kept moving",
+				 err->msg);
 		strlcpy(err->msg, msg, sizeof(err->msg));
-		err->kind = RW_ERR_LOST;
+		err->kind = RW_ERR_UNSERVED;
 		err->maybe_sent = false;
 		return false;
 	}

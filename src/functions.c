@@ -203,7 +203,7 @@ Datum
 redis_unlock_all(PG_FUNCTION_ARGS)
 {
 	rw_held_init();
-	PG_RETURN_INT32(rw_unlock_all());
+	PG_RETURN_INT32(rw_unlock_all(true));
 }
 
 PG_FUNCTION_INFO_V1(redis_held_locks);

@@ -20,7 +20,9 @@
  * Redis's answer (release.c): the commit is durable already and the release
  * is on its way before the client hears of the commit; COMMIT and exit never
  * wait on a stalled Redis beyond one rwlock.command_timeout (exit: half a
- * second), and never throw.
+ * second), and never throw. A cancel cuts COMMIT's sending short at once
+ * (SPEC 13), whatever the number of holds: the rest goes at the session's
+ * next call or at exit (held_cancelled_at_xact_end).
  *
  *-------------------------------------------------------------------------
  */
@@ -48,11 +50,15 @@ static int	cap_xact = 0;
 static bool held_initialized = false;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
-/* At the start of every SQL call: read answers that arrived, warn. */
+/*
+ * At the start of every SQL call: send the releases a cancelled commit left
+ * queued, read answers that arrived, warn.
+ */
 void
 rw_operation_begin(void)
 {
 	rw_call_begin();
+	rw_release_flush();
 	rw_release_read_answers();
 	rw_notes_flush();
 }
@@ -161,7 +167,7 @@ held_release(RwHeld *h, bool later)
 
 			if (held == 0)
 			{
-				h->lost = true;
+				rw_holds_mark_lost(h);
 				rw_note_lost(h->name, NULL);
 			}
 			else if (held < 0 && err.kind != RW_ERR_INTERRUPTED)
@@ -212,16 +218,23 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		int64		tok;
 		int64		started;
 		int64		since;
+		long		timeout = is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1);
+		int64		cap;
 
 		h = rw_holds_enter(name, node);
 		held_reserve(h, level);
 		want = Max(mode, rw_wanted_mode(h));
 		started = rw_now_ms();
+		/* What goes ahead of the wait ends with it too (waiting.c). */
+		cap = rw_conn_tighten(rw_wait_cap(timeout, started + timeout));
 		while (!rw_release_settle_name(node, name, &err) &&
 			   !rw_cluster_redirected(node, &err, started))
 		{
 			if (err.kind == RW_ERR_INTERRUPTED)
 				rw_raise(&node->cmd, &err);
+			/* The wait's end came: rw_wait_acquire reports it. */
+			if (timeout > 0 && rw_now_ms() >= started + timeout)
+				break;
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("could not complete an earlier release of Redis lock \"%s\"", name),
@@ -229,10 +242,10 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 					 errhint("The lock is not taken while a release of it may still be on its way.")));
 		}
 		rw_release_send_owed(node);
+		rw_conn_restore(cap);
 		rw_deadlock_set_level(level);
 		if (!rw_wait_acquire(node, &h->keys, name, want, h->redis_mode,
-							 is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1),
-							 !is_try, &tok, &since, &h->lost))
+							 timeout, started, !is_try, &tok, &since, &h->lost))
 		{
 			rw_holds_sweep();
 			rw_wait_done();
@@ -305,15 +318,19 @@ rw_unlock(const char *name, RwMode mode)
 
 /*
  * Release every session-level hold; returns how many holds there were.
- * The releases are sent without waiting for their answers, which later
- * operations read (a lost hold is reported then).
+ * The releases go out together, pipelined. With await (redis_unlock_all),
+ * their answers are waited for, within one rwlock.command_timeout, so that
+ * a hold found lost is reported by this call, as redis_unlock reports its
+ * own; without (DISCARD ALL, which a pooler runs between clients), later
+ * operations read them.
  */
 int
-rw_unlock_all(void)
+rw_unlock_all(bool await)
 {
 	RwHeld	  **list;
 	int			n,
 				holds = 0;
+	RwError		err = {RW_OK};
 
 	rw_operation_begin();
 	list = rw_holds_list(&n);
@@ -330,31 +347,75 @@ rw_unlock_all(void)
 	}
 	pfree(list);
 	rw_release_flush();
+	if (await)
+		(void) rw_release_await(&err);
 	rw_operation_end();
+	/* The records are right: serve an interrupt that cut the wait short. */
+	if (err.kind == RW_ERR_INTERRUPTED)
+		CHECK_FOR_INTERRUPTS();
 	return holds;
 }
 
-/* Release the xact-level holds taken at nest level `level` or deeper. */
+/*
+ * Release the xact-level holds taken at nest level `level` or deeper: every
+ * count first, then each record once (most recent first), however its holds
+ * interleave with other names' (one release, one warning if it was lost).
+ * The records to release are gathered in the array's popped slots.
+ */
 static void
 held_release_xact(int level)
 {
-	while (n_xact > 0 && xact_holds[n_xact - 1].level >= level)
-	{
-		RwXactHold *x = &xact_holds[--n_xact];
+	static uint64 end_gen = 0;
+	int			first = n_xact;
+	int			k;
 
-		x->held->count[RW_XACT][x->mode]--;
-		/* Once per record, when its last hold at this depth goes. */
-		if (n_xact == 0 || xact_holds[n_xact - 1].held != x->held ||
-			xact_holds[n_xact - 1].level < level)
-			held_release(x->held, true);
+	while (first > 0 && xact_holds[first - 1].level >= level)
+		first--;
+	end_gen++;
+	k = first;
+	for (int i = first; i < n_xact; i++)
+	{
+		RwHeld	   *h = xact_holds[i].held;
+
+		h->count[RW_XACT][xact_holds[i].mode]--;
+		if (h->end_gen != end_gen)
+		{
+			h->end_gen = end_gen;
+			xact_holds[k++].held = h;	/* k <= i: a slot already read */
+		}
 	}
+	n_xact = first;
+	for (int i = k - 1; i >= first; i--)
+		held_release(xact_holds[i].held, true);
 	rw_release_flush();
 }
 
 /*
+ * A cancel or statement_timeout cut the sending of the releases short at
+ * transaction end (the transaction holds interrupts, so it would otherwise
+ * wait for a stalled Redis up to rwlock.command_timeout): as PostgreSQL does
+ * with a cancelled wait for synchronous replication, the cancel is taken as
+ * served, with a WARNING. What was sent stands; the rest goes at the
+ * session's next rwlock call, or when it ends, else the leases free it.
+ */
+static void
+held_cancelled_at_xact_end(int level, bool abort)
+{
+	QueryCancelPending = false;
+	ereport(WARNING,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("canceling the release of Redis locks at transaction end due to user request"),
+			 errdetail("The %s. The releases not yet sent to Redis are sent at this session's next rwlock call, or when the session ends; until then each of those locks is left to its lease.",
+					   !abort ? "transaction has committed" :
+					   level > 0 ? "subtransaction has been rolled back" :
+					   "transaction has been rolled back")));
+}
+
+/*
  * At transaction or subtransaction end: release the xact holds of `level`
- * and deeper, bounded by one rwlock.command_timeout, never throwing (a
- * failure becomes a WARNING; the lease is the backstop).
+ * and deeper, bounded by one rwlock.command_timeout and cut short by a
+ * cancel, never throwing (a failure becomes a WARNING; the lease is the
+ * backstop).
  */
 static void
 held_at_xact_end(int level, bool abort)
@@ -368,6 +429,7 @@ held_at_xact_end(int level, bool abort)
 	if (!abort)
 		rw_call_begin();
 	rw_conn_limit(rw_now_ms() + rw_command_timeout_ms);
+	rw_conn_cancellable(true);
 	PG_TRY();
 	{
 		if (abort)
@@ -376,6 +438,9 @@ held_at_xact_end(int level, bool abort)
 			rw_holds_sweep();
 		}
 		held_release_xact(level);
+		rw_conn_cancellable(false);
+		if (rw_conn_cancel_cut())
+			held_cancelled_at_xact_end(level, abort);
 		rw_notes_flush();
 	}
 	PG_CATCH();
@@ -386,6 +451,7 @@ held_at_xact_end(int level, bool abort)
 		edata = CopyErrorData();
 		FlushErrorState();
 		rw_conn_limit(0);
+		rw_conn_cancellable(false);
 		ereport(WARNING,
 				(errcode(edata->sqlerrcode),
 				 errmsg("could not release Redis locks at transaction end: %s",
@@ -488,7 +554,7 @@ held_process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 	if (held_initialized && IsA(stmt, DiscardStmt) &&
 		((DiscardStmt *) stmt)->target == DISCARD_ALL)
-		(void) rw_unlock_all();
+		(void) rw_unlock_all(false);
 }
 
 /* In _PG_init: hooks that must be in place before any lock is taken. */

@@ -80,6 +80,7 @@ rw_holds_enter(const char *name, RwNode *node)
 		memset(h->count, 0, sizeof(h->count));
 		h->stack = NULL;
 		h->stack_len = h->stack_cap = 0;
+		h->end_gen = 0;
 		h->redis_mode = RW_NONE;
 		h->token = 0;
 		h->lost = false;
@@ -235,16 +236,28 @@ rw_holds_unpublish(RwHeld *h)
 	h->slot = -1;
 }
 
+/*
+ * Record that a hold was lost (its lease ran out, Redis lost it), counting
+ * it once. Never throws: called between Redis's answers and their records.
+ */
+void
+rw_holds_mark_lost(RwHeld *h)
+{
+	if (!h->lost)
+		rw_stat_add(RW_STAT_HOLDS_LOST, 1);
+	h->lost = true;
+}
+
 /* What the keeper learnt: renewals, and whether the hold was lost. */
 void
 rw_holds_refresh(RwHeld *h)
 {
 	if (h->slot >= 0 && rw_keeper_state(h->slot, &h->renewed_ms))
-		h->lost = true;
+		rw_holds_mark_lost(h);
 	/* Unrenewed past its lease (its server unreachable): Redis dropped it. */
 	if (h->redis_mode != RW_NONE && !h->lost &&
 		rw_now_ms() >= h->renewed_ms + h->lease_ms)
-		h->lost = true;
+		rw_holds_mark_lost(h);
 }
 
 /* Rows of redis_held_locks: one per (name, level, mode) with holds. */
@@ -327,6 +340,7 @@ rw_note_warning(int sqlstate, const char *msg, const char *detail)
 void
 rw_notes_flush(void)
 {
+	rw_logs_flush();
 	while (notes_head != NULL)
 	{
 		RwNote	   *note = notes_head;

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * keeper.c
- *	  The keeper: a background worker that renews the leases of every hold
+ *	  The keeper: background workers that renew the leases of every hold
  *	  of every session, and the shared-memory table where sessions publish
- *	  their holds for it (and for the redis_locks view).
+ *	  their holds for them (and for the redis_locks view).
  *
  * Only with rwlock in shared_preload_libraries. Without it there is no
  * table, the view is empty, and each session renews its own leases lazily
@@ -35,11 +35,19 @@
  * A renewal that finds the hold gone sets the slot's lost flag; the session
  * reports it at its next operation on that lock (held.c).
  *
- * The keeper keeps a connection per distinct URL, reconnects after any
- * failure at its next attempt, retries failed renewals after a short pause,
- * and closes connections no slot has used for a minute. It exits with code
- * 1 on SIGTERM or error, so the postmaster starts it again after a second.
- * While it is not running, sessions renew their own holds lazily.
+ * Servers are renewed independently: the keeper starts a renewer (a
+ * dynamic background worker) per URL that has holds, and each renewer
+ * renews the slots of its URL, so a server that stalls holds up only its
+ * own renewer. The keeper renews the holds whose renewer is not running
+ * (starting, or none could be started). Each process keeps a connection
+ * per URL it renews, reconnects after any failure at its next attempt,
+ * retries failed renewals hold by hold after a pause that grows (so holds
+ * that cannot be renewed never fill every batch), and closes connections
+ * no slot has used for a minute. The keeper exits with code 1 on SIGTERM
+ * or error, so the postmaster starts it again after a second; a renewer
+ * that exits is started again by the keeper. A session renews a published
+ * hold itself when the process that renews it has been silent for a third
+ * of the hold's lease (rw_keeper_renews).
  *
  *-------------------------------------------------------------------------
  */
@@ -66,14 +74,20 @@
 #define RW_KEY_MAX		(RW_PREFIX_MAX + 3 * RW_NAME_MAX + 8)
 #define KEEPER_BATCH	512		/* renewals per pipeline */
 #define KEEPER_MAX_SLEEP_MS 1000
-#define KEEPER_RETRY_MS 200		/* after a failed renewal */
-#define KEEPER_STALE_MS 10000	/* a keeper silent this long is not relied on */
+#define KEEPER_RETRY_MS 200		/* after a failed renewal; doubles to ... */
+#define KEEPER_RETRY_MAX_MS 1000	/* ... at most this (or a sixth of the lease) */
+#define KEEPER_STALE_MS 10000	/* a renewer silent this long (or a third of
+								 * the lease) is not relied on */
 #define NODE_IDLE_MS	60000	/* close a connection no slot used this long */
+#define RENEWERS_MAX	32		/* servers renewed each by a worker of its own */
+#define RENEWER_START_MS 10000	/* a worker not up after this is given up */
+#define RENEWER_REGISTER_RETRY_MS 10000	/* after no worker could be started */
 
 typedef struct RwSlot
 {
 	bool		in_use;
 	bool		lost;			/* set by the keeper */
+	int			renewer;		/* the renewer of its URL, or -1: the keeper */
 	uint8		modes[2];		/* strongest RwMode per RwLevel */
 	int			next_free;
 	int			pid;
@@ -90,6 +104,29 @@ typedef struct RwSlot
 	char		name[RW_NAME_MAX + 1];
 } RwSlot;
 
+/*
+ * A renewer: the worker that renews the holds of one Redis server (URL).
+ * The keeper starts one per URL that has holds; the renewer leaves when no
+ * hold has used its URL for NODE_IDLE_MS. Slots point to it (renewer).
+ */
+typedef enum RenewerState
+{
+	RENEWER_FREE,
+	RENEWER_STARTING,			/* registered by the keeper, not up yet */
+	RENEWER_RUNNING
+} RenewerState;
+
+typedef struct RwRenewer
+{
+	RenewerState state;
+	int			pid;			/* when running */
+	int64		since_ms;		/* monotonic: when it was registered */
+	Latch	   *latch;
+	pg_atomic_uint64 heartbeat; /* monotonic ms */
+	int64		wake;			/* monotonic ms: when it looks again */
+	char		url[RW_SPEC_MAX + 1];
+} RwRenewer;
+
 typedef struct RwShared
 {
 	LWLock	   *lock;
@@ -100,6 +137,7 @@ typedef struct RwShared
 	Latch	   *keeper_latch;
 	pg_atomic_uint64 heartbeat; /* monotonic ms */
 	int64		keeper_wake;	/* monotonic ms: when the keeper looks again */
+	RwRenewer	renewers[RENEWERS_MAX];
 	RwSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } RwShared;
 
@@ -109,6 +147,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 PGDLLEXPORT void rw_keeper_main(Datum arg);
+PGDLLEXPORT void rw_renewer_main(Datum arg);
 
 /* ---------------------------------------------------------------------
  * Shared memory
@@ -148,11 +187,17 @@ keeper_shmem_startup(void)
 		shared->next_gen = 1;
 		pg_atomic_init_u64(&shared->heartbeat, 0);
 		shared->keeper_wake = PG_INT64_MAX;
+		for (int i = 0; i < RENEWERS_MAX; i++)
+		{
+			shared->renewers[i].state = RENEWER_FREE;
+			pg_atomic_init_u64(&shared->renewers[i].heartbeat, 0);
+		}
 		for (int i = 0; i < rw_max_holds; i++)
 		{
 			RwSlot	   *s = &shared->slots[i];
 
 			s->in_use = false;
+			s->renewer = -1;
 			s->next_free = i + 1 < rw_max_holds ? i + 1 : -1;
 			pg_atomic_init_u64(&s->renewed, 0);
 		}
@@ -201,16 +246,85 @@ rw_keeper_init(void)
  * The session side (called from held.c)
  * --------------------------------------------------------------------- */
 
-/* Whether a keeper is alive and renewing: then sessions leave it the work. */
-bool
-rw_keeper_running(void)
+/*
+ * How long a renewer may be silent before sessions stop relying on it: a
+ * third of the lease (at most KEEPER_STALE_MS), so that a session that
+ * makes calls renews its holds itself with a third of the lease to spare
+ * when the process that should renew them is stopped or stuck. A renewer
+ * wakes at least every sixth of the shortest lease it renews.
+ */
+static int64
+keeper_stale_ms(int lease_ms)
 {
+	return Min(KEEPER_STALE_MS, lease_ms / 3);
+}
+
+/*
+ * Whether the hold published in slot is renewed by a process that is alive
+ * and not silent for long: the renewer of its URL, or the keeper itself
+ * while that is not running (starting, or none could be started). Then the
+ * session leaves the hold to it. Lock-free reads: at worst the session
+ * renews a hold the keeper renews too, which is harmless.
+ */
+bool
+rw_keeper_renews(int slot, int lease_ms)
+{
+	int			r;
 	uint64		beat;
 
-	if (shared == NULL || shared->keeper_pid == 0)
+	if (shared == NULL || slot < 0)
 		return false;
-	beat = pg_atomic_read_u64(&shared->heartbeat);
-	return rw_now_ms() - (int64) beat < KEEPER_STALE_MS;
+	r = ((volatile RwSlot *) &shared->slots[slot])->renewer;
+	if (r >= 0 && r < RENEWERS_MAX &&
+		((volatile RwRenewer *) &shared->renewers[r])->state == RENEWER_RUNNING)
+		beat = pg_atomic_read_u64(&shared->renewers[r].heartbeat);
+	else if (((volatile RwShared *) shared)->keeper_pid != 0)
+		beat = pg_atomic_read_u64(&shared->heartbeat);
+	else
+		return false;
+	return rw_now_ms() - (int64) beat < keeper_stale_ms(lease_ms);
+}
+
+/* The renewer serving url, or -1. Under the lock. */
+static int
+renewer_of_url(const char *url)
+{
+	for (int r = 0; r < RENEWERS_MAX; r++)
+		if (shared->renewers[r].state != RENEWER_FREE &&
+			strcmp(shared->renewers[r].url, url) == 0)
+			return r;
+	return -1;
+}
+
+/*
+ * Tell whoever renews slot s that it is due at `due`, if that is before it
+ * meant to look again: its renewer if running, else the keeper (which also
+ * starts renewers). Under the lock in exclusive mode.
+ */
+static void
+keeper_wake_for(RwSlot *s, int64 due)
+{
+	RwRenewer  *r = s->renewer >= 0 ? &shared->renewers[s->renewer] : NULL;
+
+	if (r != NULL && r->state == RENEWER_RUNNING)
+	{
+		if (due < r->wake)
+		{
+			r->wake = due;
+			if (r->latch != NULL)
+				SetLatch(r->latch);
+		}
+		return;
+	}
+	/* No renewer running for it: the keeper renews it, or starts one. */
+	if (r == NULL)
+		due = Min(due, rw_now_ms());
+	if (due < shared->keeper_wake)
+	{
+		shared->keeper_wake = due;
+		if (shared->keeper_latch != NULL)
+			SetLatch(shared->keeper_latch);
+	}
 }
 
 /*
@@ -229,7 +343,6 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 	static bool warned = false;
 	RwSlot	   *s;
 	int64		due = renewed_ms + lease_ms / 3;
-	bool		wake;
 
 	*full = false;
 	if (shared == NULL)
@@ -259,6 +372,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 		strlcpy(s->key, key, sizeof(s->key));
 		strlcpy(s->name, name, sizeof(s->name));
 		s->acquired = acquired;
+		s->renewer = renewer_of_url(url);
 	}
 	else
 		s = &shared->slots[slot];
@@ -267,11 +381,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 	s->token = token;
 	s->lease_ms = lease_ms;
 	pg_atomic_write_u64(&s->renewed, (uint64) renewed_ms);
-	wake = due < shared->keeper_wake;
-	if (wake)
-		shared->keeper_wake = due;
-	if (wake && shared->keeper_latch != NULL)
-		SetLatch(shared->keeper_latch);
+	keeper_wake_for(s, due);
 	LWLockRelease(shared->lock);
 	return slot;
 }
@@ -345,10 +455,18 @@ rw_keeper_renewed(int slot, int64 renewed_ms, bool lost)
 }
 
 /* ---------------------------------------------------------------------
- * The keeper
+ * The keeper and its renewers
+ *
+ * Every process below renews the holds it is responsible for in the same
+ * way (keeper_cycle). The keeper starts a renewer per Redis URL that has
+ * holds and renews itself only the holds whose renewer is not running (not
+ * started yet, or none could be started: max_worker_processes). So a
+ * server that stalls (a stopped Redis, a connection attempt that hangs for
+ * rwlock.connect_timeout) holds up only its own renewer: every server's
+ * leases are renewed independently.
  * --------------------------------------------------------------------- */
 
-/* A Redis node the keeper talks to, by URL. */
+/* A Redis node this process talks to, by URL. */
 typedef struct KNode
 {
 	RwNode		node;
@@ -369,7 +487,26 @@ typedef struct KWork
 	RwKeys		keys;
 } KWork;
 
+/* A due slot, before the batch is chosen. */
+typedef struct KDue
+{
+	int			slot;
+	int64		due;
+} KDue;
+
 static KNode *knodes = NULL;
+static int	my_renewer = -1;	/* this process: a renewer, or -1: the keeper */
+static bool cycle_had_holds = false;	/* the last keeper_cycle saw some */
+
+/*
+ * Per slot, this process's retry schedule after a failed renewal: a failed
+ * hold is not due again before retry_at (backing off), so holds that cannot
+ * be renewed never fill every batch, and the process sleeps between tries.
+ * Valid while the slot's generation is retry_gen.
+ */
+static int64 *retry_at = NULL;
+static uint64 *retry_gen = NULL;
+static int *retry_n = NULL;
 
 static KNode *
 knode_find(const char *url)
@@ -439,6 +576,28 @@ keeper_work_cmp(const void *a, const void *b)
 	return strcmp(((const KWork *) a)->url, ((const KWork *) b)->url);
 }
 
+static int
+keeper_due_cmp(const void *a, const void *b)
+{
+	int64		x = ((const KDue *) a)->due,
+				y = ((const KDue *) b)->due;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * Whether this process renews slot s: a renewer, the slots that point to
+ * it; the keeper, those whose renewer is not running. Under the lock.
+ */
+static bool
+keeper_mine(const RwSlot *s)
+{
+	if (my_renewer >= 0)
+		return s->renewer == my_renewer;
+	return s->renewer < 0 ||
+		shared->renewers[s->renewer].state != RENEWER_RUNNING;
+}
+
 /* Drop a slot whose backend is gone without clearing it. */
 static void
 keeper_drop_dead(KWork *w)
@@ -458,8 +617,32 @@ keeper_drop_dead(KWork *w)
 	LWLockRelease(shared->lock);
 }
 
-/* Renew one URL's due holds; returns false if Redis could not be asked. */
-static bool
+/*
+ * A renewal of w failed (no answer, an error reply, a quorum undecided):
+ * try it again after a pause that doubles with each failure, up to
+ * KEEPER_RETRY_MAX_MS or a sixth of the lease. Returns when.
+ */
+static int64
+keeper_retry_later(const KWork *w, int64 now)
+{
+	int			i = w->slot;
+	int64		cap = Min(KEEPER_RETRY_MAX_MS, Max(w->lease_ms / 6, 50));
+
+	if (retry_gen[i] != w->gen)
+	{
+		retry_gen[i] = w->gen;
+		retry_n[i] = 0;
+	}
+	retry_n[i] = Min(retry_n[i] + 1, 8);
+	retry_at[i] = now + Min((int64) KEEPER_RETRY_MS << (retry_n[i] - 1), cap);
+	return retry_at[i];
+}
+
+/*
+ * Renew one URL's due holds, each judged on its own. Returns when the
+ * earliest that failed is to be tried again (PG_INT64_MAX if none did).
+ */
+static int64
 keeper_renew_node(KNode *k, KWork *work, int n)
 {
 	RwKeys	  **keys = palloc(sizeof(RwKeys *) * n);
@@ -467,7 +650,10 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 	int		   *leases = palloc(sizeof(int) * n);
 	int		   *held = palloc(sizeof(int) * n);
 	int64		sent = rw_now_ms();
+	int64		retry = PG_INT64_MAX;
+	int64		now;
 	RwError		err;
+	bool		ok;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -475,7 +661,9 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 		owners[i] = work[i].owner;
 		leases[i] = work[i].lease_ms;
 	}
-	if (!rw_quorum_renew(&k->node, keys, owners, leases, n, held, &err))
+	ok = rw_quorum_renew(&k->node, keys, owners, leases, n, held, &err);
+	now = rw_now_ms();
+	if (!ok)
 	{
 		if (!k->failing)
 			ereport(LOG,
@@ -483,7 +671,9 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 					 errmsg("rwlock keeper could not renew leases at %s", k->node.ep.display),
 					 errdetail("%s", err.msg)));
 		k->failing = true;
-		return false;
+		for (int i = 0; i < n; i++)
+			retry = Min(retry, keeper_retry_later(&work[i], now));
+		return retry;
 	}
 	if (k->failing)
 		ereport(LOG,
@@ -499,59 +689,92 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 		if (!s->in_use || s->gen != work[i].gen)
 			continue;
 		if (held[i] == 1)
+		{
 			pg_atomic_write_u64(&s->renewed, (uint64) sent);
-		else if (held[i] == 0)
+			retry_gen[work[i].slot] = 0;
+			rw_stat_add(RW_STAT_RENEWALS, 1);
+		}
+		else if (held[i] == 0 && !s->lost)
+		{
+			/* Logged once a hold, after the lock is let go (never throws). */
 			s->lost = true;
+			rw_log_later("rwlock keeper found Redis lock \"%s\" of process %d lost at %s: its lease ran out or Redis lost its data",
+						 s->name, s->pid, k->node.ep.display);
+		}
+		else					/* an error reply (logged), or undecided */
+			retry = Min(retry, keeper_retry_later(&work[i], now));
 	}
 	LWLockRelease(shared->lock);
-	/* An error reply (logged) is retried at the keeper's normal pace. */
-	return true;
+	return retry;
 }
 
-/* One pass: renew what is due. Returns when to look again (monotonic). */
+/*
+ * One pass: renew what is due among the holds this process renews, the
+ * longest due first, at most KEEPER_BATCH at a time. A hold due within a
+ * tenth of its lease goes with the batch (holds taken together are renewed
+ * together). Returns when to look again (monotonic).
+ */
 static int64
-keeper_cycle(void)
+keeper_cycle(int64 *wake)
 {
 	int64		now = rw_now_ms();
 	int64		next = now + KEEPER_MAX_SLEEP_MS;
-	KWork	   *work = palloc(sizeof(KWork) * KEEPER_BATCH);
-	int			n = 0;
+	KDue	   *cand = palloc(sizeof(KDue) * shared->nslots);
+	KWork	   *work;
+	int			ncand = 0;
+	int			n;
 
+	cycle_had_holds = false;
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		RwSlot	   *s = &shared->slots[i];
 		int64		due;
+		int64		early;
 		KNode	   *k;
 
-		if (!s->in_use || s->lost)
+		if (!s->in_use || s->lost || !keeper_mine(s))
 			continue;
+		cycle_had_holds = true;
 		if ((k = knode_find(s->url)) != NULL)
 			k->seen = now;
+		/* Wake often enough for sessions to rely on the heartbeat. */
+		next = Min(next, now + Max(s->lease_ms / 6, 50));
 		due = (int64) pg_atomic_read_u64(&s->renewed) + s->lease_ms / 3;
-		if (due > now)
+		if (retry_gen[i] == s->gen && retry_at[i] > due)
+			due = early = retry_at[i];	/* failed lately: not before its retry */
+		else
+			early = due - s->lease_ms / 10;
+		if (early > now)
 		{
 			next = Min(next, due);
 			continue;
 		}
+		cand[ncand].slot = i;
+		cand[ncand].due = due;
+		ncand++;
+	}
+	qsort(cand, ncand, sizeof(KDue), keeper_due_cmp);
+	n = Min(ncand, KEEPER_BATCH);
+	if (ncand > n)
+		next = now;				/* more next time round */
+	work = palloc(sizeof(KWork) * Max(n, 1));
+	for (int j = 0; j < n; j++)
+	{
+		RwSlot	   *s = &shared->slots[cand[j].slot];
+
 		/* Renewed now, it is due again a third of its lease from now. */
 		next = Min(next, now + s->lease_ms / 3);
-		if (n == KEEPER_BATCH)
-		{
-			next = now;			/* more next time round */
-			continue;
-		}
-		work[n].slot = i;
-		work[n].gen = s->gen;
-		work[n].pid = s->pid;
-		work[n].lease_ms = s->lease_ms;
-		work[n].owner = pstrdup(s->owner);
-		work[n].url = pstrdup(s->url);
-		work[n].keys.key[0] = pstrdup(s->key);
-		n++;
+		work[j].slot = cand[j].slot;
+		work[j].gen = s->gen;
+		work[j].pid = s->pid;
+		work[j].lease_ms = s->lease_ms;
+		work[j].owner = pstrdup(s->owner);
+		work[j].url = pstrdup(s->url);
+		work[j].keys.key[0] = pstrdup(s->key);
 	}
 	/* Sessions that publish a hold due before this wake us up. */
-	shared->keeper_wake = next;
+	*wake = next;
 	LWLockRelease(shared->lock);
 
 	/* Never renew for a backend that is gone. */
@@ -579,12 +802,118 @@ keeper_cycle(void)
 		if (k == NULL)
 			continue;
 		k->seen = now;
-		if (!keeper_renew_node(k, &work[start], end - start))
-			next = Min(next, rw_now_ms() + KEEPER_RETRY_MS);
+		next = Min(next, keeper_renew_node(k, &work[start], end - start));
 	}
 	knodes_tidy(now);
 	return next;
 }
+
+/* ---- the keeper: starting renewers ---- */
+
+static int64 register_after = 0;	/* no new renewer before (monotonic) */
+
+/* Register the worker for renewers[r]; false if none could be. */
+static bool
+keeper_start_renewer(int r)
+{
+	BackgroundWorker bgw;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_ConsistentState;
+	bgw.bgw_restart_time = BGW_NEVER_RESTART;	/* the keeper starts another */
+	strlcpy(bgw.bgw_library_name, "rwlock", BGW_MAXLEN);
+	strlcpy(bgw.bgw_function_name, "rw_renewer_main", BGW_MAXLEN);
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "rwlock renewer %d", r);
+	strlcpy(bgw.bgw_type, "rwlock renewer", BGW_MAXLEN);
+	bgw.bgw_main_arg = Int32GetDatum(r);
+	return RegisterDynamicBackgroundWorker(&bgw, NULL);
+}
+
+/* Point the slots of renewers[r] back to the keeper. Under the lock. */
+static void
+keeper_orphan_slots(int r)
+{
+	for (int i = 0; i < shared->nslots; i++)
+		if (shared->slots[i].in_use && shared->slots[i].renewer == r)
+			shared->slots[i].renewer = -1;
+}
+
+/*
+ * Give every URL that has holds a renewer: point each slot to the renewer
+ * of its URL, and start one for a URL that has none. Until it runs, and
+ * for URLs no renewer could be started for, the keeper renews the holds.
+ */
+static void
+keeper_supervise(int64 now)
+{
+	int			start[RENEWERS_MAX];
+	int			nstart = 0;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int r = 0; r < RENEWERS_MAX; r++)
+	{
+		RwRenewer  *w = &shared->renewers[r];
+
+		if (w->state == RENEWER_STARTING && now - w->since_ms > RENEWER_START_MS)
+		{
+			w->state = RENEWER_FREE;	/* never came up: start another */
+			keeper_orphan_slots(r);
+		}
+	}
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		RwSlot	   *s = &shared->slots[i];
+		int			r;
+
+		if (!s->in_use || s->lost)
+			continue;			/* a lost hold is never renewed */
+		if (s->renewer >= 0 &&
+			(shared->renewers[s->renewer].state == RENEWER_FREE ||
+			 strcmp(shared->renewers[s->renewer].url, s->url) != 0))
+			s->renewer = -1;
+		if (s->renewer >= 0)
+			continue;
+		r = renewer_of_url(s->url);
+		if (r < 0 && now < register_after)
+			continue;			/* none could be started lately */
+		if (r < 0)
+		{
+			for (r = 0; r < RENEWERS_MAX; r++)
+				if (shared->renewers[r].state == RENEWER_FREE)
+					break;
+			if (r == RENEWERS_MAX)
+				continue;		/* more URLs than renewers: the keeper's */
+			shared->renewers[r].state = RENEWER_STARTING;
+			shared->renewers[r].pid = 0;
+			shared->renewers[r].latch = NULL;
+			shared->renewers[r].since_ms = now;
+			shared->renewers[r].wake = 0;
+			strlcpy(shared->renewers[r].url, s->url, sizeof(shared->renewers[r].url));
+			start[nstart++] = r;
+		}
+		s->renewer = r;
+	}
+	LWLockRelease(shared->lock);
+
+	for (int j = 0; j < nstart; j++)
+	{
+		if (keeper_start_renewer(start[j]))
+			continue;
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		shared->renewers[start[j]].state = RENEWER_FREE;
+		keeper_orphan_slots(start[j]);
+		LWLockRelease(shared->lock);
+		if (now >= register_after)
+			ereport(LOG,
+					(errmsg("rwlock keeper could not start a worker to renew the leases of one Redis server; it renews them itself"),
+					 errdetail("A server that stalls then delays the renewals of the other servers the keeper renews."),
+					 errhint("Raise max_worker_processes.")));
+		register_after = now + RENEWER_REGISTER_RETRY_MS;
+	}
+}
+
+/* ---- the loop both run ---- */
 
 static void
 keeper_exit(int code, Datum arg)
@@ -592,7 +921,23 @@ keeper_exit(int code, Datum arg)
 	if (shared == NULL)
 		return;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (shared->keeper_pid == MyProcPid)
+	if (my_renewer >= 0)
+	{
+		RwRenewer  *w = &shared->renewers[my_renewer];
+
+		if (w->state == RENEWER_RUNNING && w->pid == MyProcPid)
+		{
+			w->state = RENEWER_FREE;
+			w->pid = 0;
+			w->latch = NULL;
+			keeper_orphan_slots(my_renewer);
+			/* The keeper takes its holds over, and starts another. */
+			shared->keeper_wake = 0;
+			if (shared->keeper_latch != NULL)
+				SetLatch(shared->keeper_latch);
+		}
+	}
+	else if (shared->keeper_pid == MyProcPid)
 	{
 		shared->keeper_pid = 0;
 		shared->keeper_latch = NULL;
@@ -600,35 +945,72 @@ keeper_exit(int code, Datum arg)
 	LWLockRelease(shared->lock);
 }
 
-void
-rw_keeper_main(Datum arg)
+/*
+ * A renewer that had no hold to renew for NODE_IDLE_MS leaves, if still no
+ * slot with a hold to renew points to it (checked under the lock, so that
+ * no session publishes a hold for it meanwhile).
+ */
+static void
+renewer_leave_if_idle(void)
 {
-	MemoryContext cxt;
+	bool		idle = true;
+	RwRenewer  *w = &shared->renewers[my_renewer];
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < shared->nslots && idle; i++)
+		if (shared->slots[i].in_use && !shared->slots[i].lost &&
+			shared->slots[i].renewer == my_renewer)
+			idle = false;
+	if (idle)
+	{
+		keeper_orphan_slots(my_renewer);	/* lost holds: nothing to renew */
+		w->state = RENEWER_FREE;
+		w->pid = 0;
+		w->latch = NULL;
+	}
+	LWLockRelease(shared->lock);
+	if (idle)
+		proc_exit(0);
+}
+
+/* Common start of the keeper and a renewer: signals, memory, retries. */
+static MemoryContext
+keeper_begin(const char *appname)
+{
+	MemoryContext old;
 
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	/* No database: only to show in pg_stat_activity, with wait events. */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-	pgstat_report_appname("rwlock keeper");
+	pgstat_report_appname(appname);
+	rw_stats_attach();			/* no database: the row of database 0 */
 
 	if (shared == NULL)
 		elog(FATAL, "rwlock keeper started without its shared memory");
-	cxt = AllocSetContextCreate(TopMemoryContext, "rwlock keeper",
-								ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	retry_at = palloc0(sizeof(int64) * shared->nslots);
+	retry_gen = palloc0(sizeof(uint64) * shared->nslots);
+	retry_n = palloc0(sizeof(int) * shared->nslots);
+	MemoryContextSwitchTo(old);
+	return AllocSetContextCreate(TopMemoryContext, "rwlock keeper",
+								 ALLOCSET_DEFAULT_SIZES);
+}
 
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	shared->keeper_pid = MyProcPid;
-	shared->keeper_latch = MyLatch;
-	shared->keeper_wake = 0;
-	LWLockRelease(shared->lock);
-	pg_atomic_write_u64(&shared->heartbeat, (uint64) rw_now_ms());
-	on_shmem_exit(keeper_exit, (Datum) 0);
-	elog(LOG, "rwlock keeper started: renewing leases of up to %d holds", shared->nslots);
+/*
+ * Renew, sleep, renew, until SIGTERM: the heartbeat says when this process
+ * last went round; *wake is where sessions say when to look again.
+ */
+static void
+keeper_loop(MemoryContext cxt, pg_atomic_uint64 *heartbeat, int64 *wake)
+{
+	int64		idle_since = rw_now_ms();
 
 	for (;;)
 	{
 		int64		next;
+		int64		now;
 		long		ms;
 
 		CHECK_FOR_INTERRUPTS();
@@ -638,18 +1020,29 @@ rw_keeper_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		pg_atomic_write_u64(&shared->heartbeat, (uint64) rw_now_ms());
+		now = rw_now_ms();
+		pg_atomic_write_u64(heartbeat, (uint64) now);
 
 		MemoryContextReset(cxt);
 		{
 			MemoryContext old = MemoryContextSwitchTo(cxt);
 
-			next = keeper_cycle();
+			if (my_renewer < 0)
+				keeper_supervise(now);
+			next = keeper_cycle(wake);
 			MemoryContextSwitchTo(old);
 		}
-		pg_atomic_write_u64(&shared->heartbeat, (uint64) rw_now_ms());
+		/* What the renewals' answers gave to log (rw_log_later). */
+		rw_logs_flush();
+		now = rw_now_ms();
+		pg_atomic_write_u64(heartbeat, (uint64) now);
 
-		ms = (long) Min(next - rw_now_ms(), KEEPER_MAX_SLEEP_MS);
+		if (cycle_had_holds)
+			idle_since = now;
+		else if (my_renewer >= 0 && now - idle_since > NODE_IDLE_MS)
+			renewer_leave_if_idle();
+
+		ms = (long) Min(next - now, KEEPER_MAX_SLEEP_MS);
 		if (ms > 0)
 		{
 			(void) WaitLatch(MyLatch,
@@ -658,6 +1051,56 @@ rw_keeper_main(Datum arg)
 			ResetLatch(MyLatch);
 		}
 	}
+}
+
+void
+rw_keeper_main(Datum arg)
+{
+	MemoryContext cxt = keeper_begin("rwlock keeper");
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	shared->keeper_pid = MyProcPid;
+	shared->keeper_latch = MyLatch;
+	shared->keeper_wake = 0;
+	LWLockRelease(shared->lock);
+	pg_atomic_write_u64(&shared->heartbeat, (uint64) rw_now_ms());
+	on_shmem_exit(keeper_exit, (Datum) 0);
+	elog(LOG, "rwlock keeper started: renewing leases of up to %d holds", shared->nslots);
+	keeper_loop(cxt, &shared->heartbeat, &shared->keeper_wake);
+}
+
+/* A renewer: renews the holds of one Redis URL, renewers[arg]. */
+void
+rw_renewer_main(Datum arg)
+{
+	int			r = DatumGetInt32(arg);
+	MemoryContext cxt = keeper_begin("rwlock renewer");
+	RwRenewer  *w = &shared->renewers[r];
+	bool		mine;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	mine = w->state == RENEWER_STARTING;
+	if (mine)
+	{
+		w->state = RENEWER_RUNNING;
+		w->pid = MyProcPid;
+		w->latch = MyLatch;
+		w->wake = 0;
+		pg_atomic_write_u64(&w->heartbeat, (uint64) rw_now_ms());
+		my_renewer = r;
+	}
+	LWLockRelease(shared->lock);
+	if (!mine)
+		proc_exit(0);			/* given up on, or started twice */
+	on_shmem_exit(keeper_exit, (Datum) 0);
+	{
+		RwEndpoint	ep;
+		char	   *why;
+
+		elog(LOG, "rwlock renewer %d started: renewing the leases of holds at %s",
+			 r, rw_parse_url(w->url, &ep, &why) ? ep.display : "?");
+	}
+	keeper_loop(cxt, &w->heartbeat, &w->wake);
 }
 
 /* ---------------------------------------------------------------------

@@ -398,7 +398,10 @@ rw_proto_renew_send(RwConn *conn, RwKeys **keys, const char *const *owners,
 	return false;
 }
 
-/* A renewal too few replicas acknowledged: logged at most every 10 s. */
+/*
+ * A renewal too few replicas acknowledged: logged at most every 10 s, at a
+ * safe moment (rw_log_later: the renewals' answers are not recorded yet).
+ */
 static void
 proto_log_unacked(int n, int acks)
 {
@@ -410,8 +413,8 @@ proto_log_unacked(int n, int acks)
 	 */
 	if (logged_ms == 0 || rw_now_ms() - logged_ms > 10000)
 	{
-		elog(LOG, "rwlock: a renewal of %d lease(s) was acknowledged by %d of the %d replicas rwlock.wait_replicas asks for within rwlock.wait_replicas_timeout (%d ms); it counts as renewed on the master and the next renewal asks again",
-			 n, Max(acks, 0), rw_wait_replicas, rw_wait_replicas_timeout_ms);
+		rw_log_later("rwlock: a renewal of %d lease(s) was acknowledged by %d of the %d replicas rwlock.wait_replicas asks for within rwlock.wait_replicas_timeout (%d ms); it counts as renewed on the master and the next renewal asks again",
+					 n, Max(acks, 0), rw_wait_replicas, rw_wait_replicas_timeout_ms);
 		logged_ms = rw_now_ms();
 	}
 }
@@ -420,7 +423,7 @@ proto_log_unacked(int n, int acks)
  * Read the answers to rw_proto_renew_send (and free *rc). held[i] becomes 1
  * if hold i is still its owner's (its lease now runs lease_ms[i] from
  * when it was sent), 0 if it was lost, -1 if Redis answered with an error
- * (logged); with why, -2 and the answer in why[i] if a cluster redirected
+ * (logged later, rw_log_later: nothing here may throw); with why, -2 and the answer in why[i] if a cluster redirected
  * it (cluster.c sends it again). renew.lua only extends what the owner
  * still holds, so a renewal that crosses a release never brings the lock
  * back. Returns false, with *err, if the connection failed. Never throws.
@@ -449,8 +452,8 @@ rw_proto_renew_collect(RwConn *conn, RwRenewCall *rc, int *held, char **why,
 			why[i] = pstrdup(r->str);
 		}
 		else if (held[i] < 0)
-			elog(LOG, "rwlock: renewing a lease failed: %s",
-				 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+			rw_log_later("rwlock: renewing a lease failed: %.200s",
+						 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
 		freeReplyObject(r);
 	}
 	pfree(rc->calls);

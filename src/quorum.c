@@ -629,11 +629,14 @@ quorum_renew_failed(RwNode *node, int m, const RwError *merr, RwError *err)
 
 /*
  * Renew n holds on every member of a quorum (on a plain node or a cluster:
- * rw_cluster_renew). held[i]: 1 if a majority of members renewed hold i
- * (its lease runs lease_ms[i] from when this was called), 0 if so many
- * members no longer have it that no majority can. Returns false, with
- * *err, when a hold is neither: too few members answered (its lease runs
- * out unless a later renewal finds a majority). Never throws.
+ * rw_cluster_renew). Each hold is judged on its own: held[i] is 1 if a
+ * majority of members renewed hold i (its lease runs lease_ms[i] from when
+ * this was called), 0 if so many members no longer have it that no majority
+ * can, -1 if neither (too few members answered for it: the caller tries it
+ * again; its lease runs out unless a later renewal finds a majority). One
+ * undecided hold never costs the others their result: those renewed are
+ * renewed, on the members and in the caller's records alike. Returns false,
+ * with *err, only when no hold was decided. Never throws.
  */
 bool
 rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
@@ -649,7 +652,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	int64		until;
 	int64		cap;
 	int			maj;
-	bool		decided = true;
+	bool		decided = false;
 
 	if (q == NULL)
 		return rw_cluster_renew(node, keys, owners, lease_ms, n, held, err);
@@ -699,7 +702,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	for (int i = 0; i < n; i++)
 	{
 		held[i] = yes[i] >= maj ? 1 : (q->n - no[i] < maj ? 0 : -1);
-		decided &= held[i] >= 0;
+		decided |= held[i] >= 0;
 	}
 	if (!decided && err->kind != RW_ERR_INTERRUPTED)
 	{

@@ -25,13 +25,21 @@
  *	  garbled) is closed at once: nothing ever reads a stale reply off a
  *	  kept connection;
  *	- at most one connection attempt per node per call (rw_call_begin marks
- *	  a call): after a failed attempt the rest of the call fails fast;
+ *	  a call; a waiter's next try after a failed one counts as a new call,
+ *	  rw_call_again): after a failed attempt the rest of the call fails
+ *	  fast;
  *	- commands may be sent with a tag, without waiting for their replies
  *	  (releases at transaction end): their replies are read first by any
  *	  later exchange and kept, with their tags, until rw_take_late; if the
  *	  connection closes first, each such tag is handed back with no reply;
  *	- a caller that must not wait long (a commit, backend exit) caps every
- *	  deadline with rw_conn_limit().
+ *	  deadline with rw_conn_limit(); a lock wait caps its tries at its end
+ *	  (rw_conn_tighten);
+ *	- at transaction end, which holds interrupts, a cancel still cuts waits
+ *	  short (rw_conn_cancellable): a flush of tagged commands then leaves
+ *	  the rest queued on the open connection (rw_flush_tagged);
+ *	- log lines between a Redis answer and its record wait for a safe
+ *	  moment (rw_log_later).
  *
  *-------------------------------------------------------------------------
  */
@@ -61,6 +69,8 @@
 
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
+static bool conn_cancel_cuts = false;	/* see rw_conn_cancellable */
+static bool conn_cancel_cut = false;	/* ... and a cancel cut a wait short */
 
 /*
  * A new SQL call or callback: each may try to connect to a node once. A cap
@@ -72,6 +82,7 @@ rw_call_begin(void)
 {
 	conn_call_id++;
 	conn_cap = CONN_NO_DEADLINE;
+	conn_cancel_cuts = false;
 }
 
 /* The call in progress (cluster.c keeps an ASK redirection for its rest). */
@@ -79,6 +90,17 @@ uint64
 rw_call_id(void)
 {
 	return conn_call_id;
+}
+
+/*
+ * A waiter's next try after a try that failed (waiting.c): a new call as
+ * far as connection attempts go (a node that could not be reached is tried
+ * again, a cluster's slot map may be loaded again), under the same cap.
+ */
+void
+rw_call_again(void)
+{
+	conn_call_id++;
 }
 
 /*
@@ -111,6 +133,27 @@ rw_conn_restore(int64 cap)
 	conn_cap = cap;
 }
 
+/*
+ * Until called again with false: a pending cancel or statement_timeout cuts
+ * waits short although the caller holds interrupts (a commit's releases,
+ * SPEC 13: a COMMIT never holds off cancel for long, however many holds it
+ * ends). The caller serves the cancel in its own way (rw_conn_cancel_cut).
+ */
+void
+rw_conn_cancellable(bool on)
+{
+	conn_cancel_cuts = on;
+	if (on)
+		conn_cancel_cut = false;
+}
+
+/* Whether a cancel cut a wait short since rw_conn_cancellable(true). */
+bool
+rw_conn_cancel_cut(void)
+{
+	return conn_cancel_cut;
+}
+
 static int64
 conn_deadline(int timeout_ms)
 {
@@ -123,20 +166,6 @@ rw_mono_to_timestamp(int64 mono_ms)
 {
 	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 									   mono_ms - rw_now_ms());
-}
-
-static void
-set_error(RwError *err, RwErrKind kind, const char *fmt,...) pg_attribute_printf(3, 4);
-
-static void
-set_error(RwError *err, RwErrKind kind, const char *fmt,...)
-{
-	va_list		ap;
-
-	err->kind = kind;
-	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-	va_end(ap);
 }
 
 /*
@@ -152,6 +181,11 @@ conn_interrupt_wanted(void)
 		return false;
 	if (ProcDiePending)
 		return true;
+	if (QueryCancelPending && conn_cancel_cuts)
+	{
+		conn_cancel_cut = true;
+		return true;
+	}
 	return QueryCancelPending && InterruptHoldoffCount == 0 &&
 		QueryCancelHoldoffCount == 0 && CritSectionCount == 0;
 }
@@ -281,6 +315,67 @@ rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms)
 }
 
 /* ---------------------------------------------------------------------
+ * Log lines kept for a safe moment
+ *
+ * elog(LOG) may throw: errfinish serves a pending cancel or terminate. So
+ * nothing between a Redis answer and the record of it logs directly (a
+ * grant read and not recorded would be a lock held by nobody for a lease;
+ * in a quorum, replies left unread on kept connections would be read later
+ * as another command's). Those places keep the line here; rw_logs_flush
+ * (the session's notes, holds.c, and the keeper's loop) writes it out.
+ * Bounded: lines beyond RW_LOGS_MAX are counted, not kept.
+ * --------------------------------------------------------------------- */
+
+#define RW_LOGS_MAX 32
+
+static char *logs_kept[RW_LOGS_MAX];
+static int	logs_nkept = 0;
+static int	logs_dropped = 0;
+
+void
+rw_log_later(const char *fmt,...)
+{
+	char		buf[512];
+	va_list		ap;
+	char	   *copy;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	copy = logs_nkept < RW_LOGS_MAX ?
+		MemoryContextAllocExtended(TopMemoryContext, strlen(buf) + 1,
+								   MCXT_ALLOC_NO_OOM) : NULL;
+	if (copy == NULL)
+	{
+		logs_dropped++;
+		return;
+	}
+	strcpy(copy, buf);
+	logs_kept[logs_nkept++] = copy;
+}
+
+/* Write out the kept lines, oldest first. Only where a throw harms nothing. */
+void
+rw_logs_flush(void)
+{
+	int			dropped = logs_dropped;
+
+	logs_dropped = 0;
+	for (int i = 0; i < logs_nkept; i++)
+	{
+		char	   *line = logs_kept[i];
+
+		/* Taken off the list first: a throw below must not log it twice. */
+		logs_kept[i] = NULL;
+		elog(LOG, "%s", line);
+		pfree(line);
+	}
+	logs_nkept = 0;
+	if (dropped > 0)
+		elog(LOG, "rwlock: %d more such lines were not kept", dropped);
+}
+
+/* ---------------------------------------------------------------------
  * Replies owed to tagged commands
  * --------------------------------------------------------------------- */
 
@@ -365,7 +460,7 @@ conn_fail(RwConn *conn, RwError *err, RwErrKind kind, const char *msg)
 	char		copy[sizeof(err->msg)];
 
 	strlcpy(copy, msg, sizeof(copy));	/* msg may be err->msg */
-	set_error(err, kind, "%s", copy);
+	rw_error_set(err, kind, "%s", copy);
 	rw_conn_close(conn);
 	return false;
 }
@@ -390,7 +485,7 @@ conn_make_wait_set(RwConn *conn, RwError *err)
 	{
 		MemoryContextSwitchTo(cxt);
 		FlushErrorState();
-		set_error(err, RW_ERR_CONNECT, "could not create a wait event set");
+		rw_error_set(err, RW_ERR_CONNECT, "could not create a wait event set");
 		ok = false;
 	}
 	PG_END_TRY();
@@ -409,9 +504,9 @@ conn_handshake_error(redisReply *r, const char *command, RwError *err)
 		strncmp(r->str, "WRONGPASS", 9) == 0 || strcmp(command, "AUTH") == 0;
 
 	if (strncmp(r->str, "NOAUTH", 6) == 0)
-		set_error(err, RW_ERR_AUTH, "Redis requires a password, and neither rwlock.redis_url nor rwlock.password_file gives one for this server: %s", r->str);
+		rw_error_set(err, RW_ERR_AUTH, "Redis requires a password, and neither rwlock.redis_url nor rwlock.password_file gives one for this server: %s", r->str);
 	else
-		set_error(err, auth ? RW_ERR_AUTH : RW_ERR_CONNECT, "%s refused: %s",
+		rw_error_set(err, auth ? RW_ERR_AUTH : RW_ERR_CONNECT, "%s refused: %s",
 				  command, r->str);
 	return false;
 }
@@ -449,7 +544,7 @@ conn_policy_check(const char *policy, RwError *err)
 {
 	if (policy == NULL || pg_strcasecmp(policy, "noeviction") == 0)
 		return true;
-	set_error(err, RW_ERR_UNFIT,
+	rw_error_set(err, RW_ERR_UNFIT,
 			  "its maxmemory-policy is %s: it may evict lock keys, freeing held locks for others; set maxmemory-policy noeviction",
 			  policy);
 	return false;
@@ -486,7 +581,7 @@ conn_role_is_master(RwEndpoint *ep, redisReply *r, RwError *err)
 		r->element[0]->type == REDIS_REPLY_STRING &&
 		strcmp(r->element[0]->str, "master") == 0)
 		return true;
-	set_error(err, RW_ERR_CONNECT,
+	rw_error_set(err, RW_ERR_CONNECT,
 			  "the server the sentinels named for \"%s\" is not its master (ROLE: %s)",
 			  ep->master_name,
 			  r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
@@ -654,7 +749,7 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 				 r->type == REDIS_REPLY_ERROR &&
 				 strncmp(r->str, "NOAUTH", 6) != 0)
 		{
-			set_error(err, RW_ERR_NOPERM,
+			rw_error_set(err, RW_ERR_NOPERM,
 					  "the Redis user may not %s the lock channels (%s %s: %s)",
 					  commands[i][0] == 'P' ? "publish on" : "subscribe to",
 					  commands[i], probe, r->str);
@@ -666,7 +761,7 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 				   r->element[2]->integer == 0))
 		{
 			/* Still subscribed: no use as a waiter's connection. */
-			set_error(err, RW_ERR_CONNECT,
+			rw_error_set(err, RW_ERR_CONNECT,
 					  "unexpected answer to UNSUBSCRIBE %s at connect", probe);
 			ok = false;
 		}
@@ -711,13 +806,13 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 
 	if (!AcquireExternalFD())
 	{
-		set_error(err, RW_ERR_CONNECT, "no file descriptor is free for a connection");
+		rw_error_set(err, RW_ERR_CONNECT, "no file descriptor is free for a connection");
 		return false;
 	}
 	fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 	{
-		set_error(err, RW_ERR_CONNECT, "could not create a socket: %s", strerror(errno));
+		rw_error_set(err, RW_ERR_CONNECT, "could not create a socket: %s", strerror(errno));
 		ReleaseExternalFD();
 		return false;
 	}
@@ -727,7 +822,7 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 	{
 		close(fd);
 		ReleaseExternalFD();
-		set_error(err, RW_ERR_CONNECT, "out of memory");
+		rw_error_set(err, RW_ERR_CONNECT, "out of memory");
 		return false;
 	}
 	if (family != AF_UNIX)
@@ -769,110 +864,52 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 }
 
 /*
- * Give up a lookup still under way: freed if glibc's helper has not started
- * on it, else left to it (it writes into the request when its resolver
- * gives up): a small leak per lookup abandoned that way, the price of never
- * blocking on a resolver.
- */
-static void
-conn_resolve_abandon(struct gaicb *req)
-{
-	int			rc = gai_cancel(req);
-
-	if (rc == EAI_NOTCANCELED)
-		return;
-	if (rc == EAI_ALLDONE && req->ar_result != NULL)
-		freeaddrinfo(req->ar_result);
-	free(req);
-}
-
-/*
- * Resolve a host name (getaddrinfo), waiting through the latch: a resolver
- * that does not answer (a DNS server down) would otherwise block the
- * backend past rwlock.connect_timeout and past cancel and terminate, which
- * the resolver's own poll() does not heed. A numeric address needs no
- * lookup and is converted at once. The lookup runs on glibc's helper thread
- * (getaddrinfo_a), which blocks every signal: the backend's handlers still
- * run on the backend's own thread. The wait polls the lookup every few
+ * Resolve a host name, waiting through the latch (resolve.c starts the
+ * lookup on glibc's helper thread): a resolver that does not answer (a DNS
+ * server down) would otherwise block the backend past
+ * rwlock.connect_timeout and past cancel and terminate, which the
+ * resolver's own poll() does not heed. The wait polls the lookup every few
  * milliseconds; connections are made rarely. *res is freeaddrinfo's.
  */
 static bool
 conn_resolve(const char *host, const char *port, int64 deadline,
 			 struct addrinfo **res, RwError *err)
 {
-	struct addrinfo hints;
 	struct gaicb *req;
-	struct gaicb *list[1];
 	long		nap = 1;
 	int			rc;
 
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICHOST;
-	if (getaddrinfo(host, port, &hints, res) == 0)
-		return true;
-	hints.ai_flags = 0;
-
-	/* One block, outliving this call if the lookup cannot be cancelled. */
-	req = calloc(1, sizeof(struct gaicb) + sizeof(struct addrinfo) +
-				 strlen(host) + strlen(port) + 2);
-	if (req == NULL)
-	{
-		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: out of memory");
+	if (!rw_resolve_start(host, port, res, &req, err))
 		return false;
-	}
-	memcpy(req + 1, &hints, sizeof(hints));
-	req->ar_request = (struct addrinfo *) (req + 1);
-	req->ar_name = (char *) (req->ar_request + 1);
-	strcpy((char *) req->ar_name, host);
-	req->ar_service = req->ar_name + strlen(host) + 1;
-	strcpy((char *) req->ar_service, port);
-	list[0] = req;
-	if ((rc = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL)) != 0)
-	{
-		free(req);
-		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: %s",
-				  gai_strerror(rc));
-		return false;
-	}
-	while ((rc = gai_error(req)) == EAI_INPROGRESS)
+	while (req != NULL && (rc = rw_resolve_poll(req, res, err)) == 0)
 	{
 		if (conn_interrupt_wanted())
 		{
-			conn_resolve_abandon(req);
-			set_error(err, RW_ERR_INTERRUPTED, "interrupted while resolving the host name \"%s\"", host);
+			rw_resolve_abandon(req);
+			rw_error_set(err, RW_ERR_INTERRUPTED, "interrupted while resolving the host name \"%s\"", host);
 			return false;
 		}
 		if (rw_now_ms() >= deadline)
 		{
-			conn_resolve_abandon(req);
-			set_error(err, RW_ERR_CONNECT,
-					  "the host name \"%s\" was not resolved within rwlock.connect_timeout (%d ms)",
-					  host, rw_connect_timeout_ms);
+			rw_resolve_abandon(req);
+			rw_error_set(err, RW_ERR_CONNECT,
+						 "the host name \"%s\" was not resolved within rwlock.connect_timeout (%d ms)",
+						 host, rw_connect_timeout_ms);
 			return false;
 		}
 		if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
 					  nap, PG_WAIT_EXTENSION) & WL_POSTMASTER_DEATH)
 		{
-			conn_resolve_abandon(req);
+			rw_resolve_abandon(req);
 			if (!proc_exit_inprogress)
 				proc_exit(1);
-			set_error(err, RW_ERR_CONNECT, "postmaster died");
+			rw_error_set(err, RW_ERR_CONNECT, "postmaster died");
 			return false;
 		}
 		ResetLatch(MyLatch);
 		nap = Min(nap * 2, 8);
 	}
-	*res = req->ar_result;
-	free(req);
-	if (rc != 0)
-	{
-		set_error(err, RW_ERR_CONNECT, "could not resolve the host name: %s",
-				  rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
-		return false;
-	}
-	return true;
+	return req == NULL || rc > 0;
 }
 
 /*
@@ -895,7 +932,7 @@ conn_connect_socket(RwConn *conn, int64 deadline, RwError *err)
 		sa.sun_family = AF_UNIX;
 		if (strlen(ep->path) >= sizeof(sa.sun_path))
 		{
-			set_error(err, RW_ERR_CONNECT, "the unix socket path is too long");
+			rw_error_set(err, RW_ERR_CONNECT, "the unix socket path is too long");
 			return false;
 		}
 		strlcpy(sa.sun_path, ep->path, sizeof(sa.sun_path));
@@ -1035,7 +1072,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 	if (ep->nquorum > 0)
 	{
 		/* Its members connect (quorum.c); a quorum has no address. */
-		set_error(err, RW_ERR_CONNECT, "a quorum's own node has no connection");
+		rw_error_set(err, RW_ERR_CONNECT, "a quorum's own node has no connection");
 		return false;
 	}
 	if (!ep->sentinel && !ep->cluster)
@@ -1046,7 +1083,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 
 		if (ep->resolve == NULL)
 		{
-			set_error(err, RW_ERR_CONNECT, "a Sentinel or Cluster URL's node was made without its resolver");
+			rw_error_set(err, RW_ERR_CONNECT, "a Sentinel or Cluster URL's node was made without its resolver");
 			return false;
 		}
 		if (ep->resolve(ep, deadline, err) &&
@@ -1072,7 +1109,7 @@ conn_connect(RwConn *conn, int64 deadline, RwError *err)
 		ep->seed_last = (ep->seed_last + 1) & 0xffff;	/* taken modulo */
 		if (!rw_conn_pause(CONN_SENTINEL_RETRY_MS))
 		{
-			set_error(err, RW_ERR_INTERRUPTED, "interrupted while connecting");
+			rw_error_set(err, RW_ERR_INTERRUPTED, "interrupted while connecting");
 			return false;
 		}
 	}
@@ -1478,11 +1515,12 @@ rw_exchange_by(RwConn *conn, int nreplies, redisReply **replies,
 }
 
 /*
- * Write out everything queued, without reading any reply; waits only while
- * the socket does not take it all. False (connection closed) on failure.
+ * Write out what is queued (see rw_flush); with keep_on_cut, a wait that a
+ * cancel cut short in a cancellable stretch (rw_conn_cancellable) leaves
+ * the rest queued, the connection open.
  */
-bool
-rw_flush(RwConn *conn, int64 deadline, RwError *err)
+static bool
+conn_flush(RwConn *conn, int64 deadline, bool keep_on_cut, RwError *err)
 {
 	bool		ok = conn_write(conn, err);
 
@@ -1492,11 +1530,41 @@ rw_flush(RwConn *conn, int64 deadline, RwError *err)
 		int			ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_WRITEABLE),
 									  deadline, false);
 
+		if (ready == -2 && keep_on_cut && conn_cancel_cuts && !ProcDiePending)
+		{
+			rw_error_set(err, RW_ERR_INTERRUPTED,
+					  "interrupted while sending to Redis; the rest is queued");
+			return false;
+		}
 		ok = ready > 0 ? conn_write(conn, err) :
 			conn_wait_failed(conn, ready, "rwlock.command_timeout",
 							 rw_command_timeout_ms, err);
 	}
 	return ok;
+}
+
+/*
+ * Write out everything queued, without reading any reply; waits only while
+ * the socket does not take it all. False (connection closed) on failure.
+ */
+bool
+rw_flush(RwConn *conn, int64 deadline, RwError *err)
+{
+	return conn_flush(conn, deadline, false, err);
+}
+
+/*
+ * The same, for a connection on which only tagged commands are queued
+ * (release.c: their answers are read whenever they come, and those never
+ * sent are handed back empty when the connection closes): a cancel that
+ * cuts the wait in a cancellable stretch leaves the rest queued, false with
+ * err->kind RW_ERR_INTERRUPTED and the connection open; the next flush or
+ * exchange on it sends the rest.
+ */
+bool
+rw_flush_tagged(RwConn *conn, int64 deadline, RwError *err)
+{
+	return conn_flush(conn, deadline, true, err);
 }
 
 /*
@@ -1563,152 +1631,4 @@ rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err)
 	}
 	*reply = r;
 	return true;
-}
-
-/*
- * Whether Redis refused a command for want of a permission: NOPERM, or
- * what Redis 7.0 answers for a command a script ran ("The user executing
- * the script can't ...").
- */
-static bool
-conn_is_noperm(const RwError *err)
-{
-	return err->kind == RW_ERR_NOPERM ||
-		(err->kind == RW_ERR_REPLY &&
-		 (strncmp(err->msg, "NOPERM", 6) == 0 ||
-		  strstr(err->msg, "The user executing the script can't") != NULL));
-}
-
-/*
- * Whether the scripts refused keys written by a client of another protocol
- * version (the scripts' RWLOCK_VERSION error).
- */
-static bool
-conn_is_version_clash(const RwError *err)
-{
-	return err->kind == RW_ERR_REPLY &&
-		strncmp(err->msg, "RWLOCK_VERSION ", 15) == 0;
-}
-
-/* The SQLSTATE of an error: what rw_raise raises, and warnings say. */
-int
-rw_error_sqlstate(const RwError *err)
-{
-	if (conn_is_noperm(err))
-		return ERRCODE_INSUFFICIENT_PRIVILEGE;
-	if (conn_is_version_clash(err))
-		return ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
-	switch (err->kind)
-	{
-		case RW_ERR_CONNECT:
-			return ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION;
-		case RW_ERR_AUTH:
-			return ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION;
-		case RW_ERR_LOST:
-		case RW_ERR_TIMEOUT:
-			return ERRCODE_CONNECTION_FAILURE;
-		case RW_ERR_INTERRUPTED:
-			return ERRCODE_QUERY_CANCELED;
-		case RW_ERR_UNFIT:
-			return ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
-		case RW_ERR_NOPERM:
-		case RW_ERR_REPLY:
-		case RW_OK:
-			break;
-	}
-	return ERRCODE_INTERNAL_ERROR;
-}
-
-/*
- * Turn an error into an ereport: class 08 for the connection, 57014 for an
- * interrupt (served here), 55000 for a Redis unfit to serve locks or keys
- * of another protocol version, 42501 for a permission Redis refused, XX000
- * for another error reply.
- */
-void
-rw_raise(RwConn *conn, const RwError *err)
-{
-	/*
-	 * The URL, without password, only to roles that may read the setting;
-	 * for the others, the server log's detail names it.
-	 */
-	const char *where = rw_endpoint_where(&conn->node->ep);
-	char	   *logged = rw_may_see_url() ? NULL :
-		psprintf("%s (Redis at %s)", err->msg, conn->node->ep.display);
-
-	if (err->kind != RW_ERR_INTERRUPTED)
-		rw_stat_error(rw_error_sqlstate(err));
-	if (conn_is_noperm(err))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("%s refused a command to rwlock's Redis user for want of a permission", where),
-				 errdetail("%s", err->msg),
-				 logged ? errdetail_log("%s", logged) : 0,
-				 errhint("The Redis user needs the lock scripts, the lock keys and the lock channels: see \"What a Redis serving locks must be\" in rwlock's README.")));
-	if (conn_is_version_clash(err))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("a Redis lock at %s was written by a client of another rwlock protocol version", where),
-				 errdetail("%s", err->msg),
-				 logged ? errdetail_log("%s", logged) : 0,
-				 errhint("Every client sharing a lock must speak the same protocol version (this server speaks %s): upgrade the other one, or let its locks expire.",
-						 RW_PROTOCOL_VERSION)));
-	switch (err->kind)
-	{
-		case RW_ERR_UNFIT:
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("%s is not fit to serve locks", where),
-					 errdetail("%s", err->msg),
-					 logged ? errdetail_log("%s", logged) : 0,
-					 errhint("Run a Redis that serves locks with maxmemory-policy noeviction.")));
-			break;
-		case RW_ERR_CONNECT:
-			ereport(ERROR,
-					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-					 errmsg("could not connect to %s", where),
-					 errdetail("%s", err->msg),
-					 logged ? errdetail_log("%s", logged) : 0,
-					 errhint("Check rwlock.redis_url and that Redis is running.")));
-			break;
-		case RW_ERR_AUTH:
-			ereport(ERROR,
-					(errcode(ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION),
-					 errmsg("%s refused authentication", where),
-					 errdetail("%s", err->msg),
-					 logged ? errdetail_log("%s", logged) : 0,
-					 errhint("Check the user name and password (rwlock.redis_url, rwlock.password_file).")));
-			break;
-		case RW_ERR_LOST:
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("lost connection to %s", where),
-					 errdetail("%s", err->msg),
-					 logged ? errdetail_log("%s", logged) : 0));
-			break;
-		case RW_ERR_TIMEOUT:
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("%s did not answer in time", where),
-					 errdetail("%s; the connection was closed.", err->msg),
-					 logged ? errdetail_log("%s; the connection was closed.", logged) : 0));
-			break;
-		case RW_ERR_INTERRUPTED:
-			CHECK_FOR_INTERRUPTS();
-			ereport(ERROR,
-					(errcode(ERRCODE_QUERY_CANCELED),
-					 errmsg("canceling statement due to user request"),
-					 errdetail("A Redis command was interrupted; its connection was closed.")));
-			break;
-		case RW_ERR_NOPERM:		/* raised above */
-		case RW_ERR_REPLY:
-		case RW_OK:
-			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("%s answered with an error", where),
-					 errdetail("%s", err->msg),
-					 logged ? errdetail_log("%s", logged) : 0));
-			break;
-	}
-	pg_unreachable();
 }

@@ -296,7 +296,7 @@ release_answered(RwOwed *rec, redisReply *reply)
 
 		/* A downgrade that found the lock gone: the read hold left is lost. */
 		if (rec->keep == RW_KEEP_READ && h != NULL && h->node == rec->node)
-			h->lost = true;
+			rw_holds_mark_lost(h);
 		rw_note_lost(rec->name,
 					 "Its release found that its lease had run out or Redis had lost its data.");
 	}
@@ -348,6 +348,36 @@ rw_release_read_answers(void)
 		if (node->nowed > 0)
 			release_read_node(node);
 	}
+}
+
+/*
+ * Wait, within one rwlock.command_timeout in all, for the answers to the
+ * releases sent, and read them (redis_unlock_all: it reports the holds its
+ * releases found lost itself, as redis_unlock does, instead of leaving them
+ * to the next call, where they read as a warning about that call). A
+ * server that does not answer in time keeps its releases owed. False, with
+ * *err, only if an interrupt cut the wait short. Never throws.
+ */
+bool
+rw_release_await(RwError *err)
+{
+	int64		cap = rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms);
+	bool		ok = true;
+
+	err->kind = RW_OK;
+	for (RwNode *node = rw_first_node(); node != NULL && ok; node = node->next)
+	{
+		if (node->nowed == 0)
+			continue;
+		if (!rw_conn_drain(&node->cmd, err) && err->kind == RW_ERR_INTERRUPTED)
+			ok = false;
+		for (RwNode *m = rw_node_members(node); m != NULL && ok; m = m->next)
+			if (!rw_conn_drain(&m->cmd, err) && err->kind == RW_ERR_INTERRUPTED)
+				ok = false;
+	}
+	rw_conn_restore(cap);
+	rw_release_read_answers();
+	return ok;
 }
 
 /*
@@ -497,9 +527,27 @@ rw_release_later(RwNode *node, const char *name, const RwKeys *keys,
 }
 
 /*
+ * Send what was queued on one connection. A cancel that cut it short at
+ * transaction end (rw_conn_cancellable) leaves the rest queued, for the
+ * next flush.
+ */
+static void
+release_flush_conn(RwConn *conn)
+{
+	RwError		err;
+
+	if (conn->ctx != NULL &&
+		!rw_flush_tagged(conn, rw_now_ms() + rw_command_timeout_ms, &err) &&
+		conn->ctx != NULL)
+		release_unflushed = true;
+}
+
+/*
  * Send what rw_release_later queued. A connection that fails here is
  * closed, and its records become unsent: they are sent again before their
- * names are taken again, or at exit. Never throws.
+ * names are taken again, or at exit. What a cancel left queued at
+ * transaction end goes out with the next flush: at the start of the
+ * session's next call (held.c), or at exit. Never throws.
  */
 void
 rw_release_flush(void)
@@ -509,13 +557,9 @@ rw_release_flush(void)
 	release_unflushed = false;
 	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
 	{
-		RwError		err;
-
-		if (node->cmd.ctx != NULL)
-			(void) rw_flush(&node->cmd, rw_now_ms() + rw_command_timeout_ms, &err);
+		release_flush_conn(&node->cmd);
 		for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
-			if (m->cmd.ctx != NULL)
-				(void) rw_flush(&m->cmd, rw_now_ms() + rw_command_timeout_ms, &err);
+			release_flush_conn(&m->cmd);
 	}
 }
 

@@ -4,7 +4,9 @@
  *	  When and how a session renews the leases of its own holds.
  *
  * With the keeper running (keeper.c), it renews every hold it was shown,
- * and a session renews only the holds the keeper's table had no room for.
+ * and a session renews only the holds the keeper's table had no room for,
+ * and those whose renewer has been silent for a third of their lease (at
+ * most 10 s: a keeper stopped or stuck; rw_keeper_renews).
  * Without it, every rwlock call renews, in one pipelined batch per node,
  * the holds past a third of their lease; redis_renew() renews them all at
  * once. The schedule runs on the monotonic clock, so a step of the wall
@@ -32,7 +34,20 @@ rw_renew_scheduled(int64 renewed_ms, int lease_ms)
 	renew_next_ms = Min(renew_next_ms, renewed_ms + lease_ms / 3);
 }
 
-/* Renew n due holds on one node; returns how many were renewed. */
+/* The pause before a failed renewal is tried again. */
+static int64
+renew_retry_pause(void)
+{
+	return Min(Max(rw_lease_ms / 6, RENEW_RETRY_MIN_MS), RENEW_RETRY_MAX_MS);
+}
+
+/*
+ * Renew n due holds on one node, each judged on its own; returns how many
+ * were renewed. A hold whose renewal failed (an error reply such as BUSY,
+ * LOADING or OOM, or a quorum that could not decide it) is tried again
+ * after a pause; one that stays unrenewed past its lease is found lost by
+ * rw_holds_refresh and reported at the next operation on it.
+ */
 static int
 renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 {
@@ -41,6 +56,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 	int		   *held = palloc(sizeof(int) * n);
 	int64		sent = rw_now_ms();
 	int			nrenewed = 0;
+	bool		again = false;
 	RwError		err;
 
 	for (int i = 0; i < n; i++)
@@ -50,10 +66,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 	}
 	if (!rw_quorum_renew(node, keys, NULL, lease, n, held, &err))
 	{
-		int64		retry = Min(Max(rw_lease_ms / 6, RENEW_RETRY_MIN_MS),
-								RENEW_RETRY_MAX_MS);
-
-		node->renew_retry_ms = rw_now_ms() + retry;
+		node->renew_retry_ms = rw_now_ms() + renew_retry_pause();
 		rw_renew_scheduled(node->renew_retry_ms, 0);
 		if (err.kind == RW_ERR_INTERRUPTED)
 			rw_raise(&node->cmd, &err);
@@ -76,18 +89,34 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 			h->renewed_ms = sent;
 			rw_keeper_renewed(h->slot, sent, false);
 			rw_renew_scheduled(sent, h->lease_ms);
+			rw_stat_add(RW_STAT_RENEWALS, 1);
 			nrenewed++;
 		}
 		else if (held[i] == 0)
 		{
-			h->lost = true;
+			rw_holds_mark_lost(h);
 			rw_keeper_renewed(h->slot, sent, true);
 			if (all)
 				rw_note_lost(h->name, NULL);
 			if (nlost)
 				(*nlost)++;
 		}
+		else
+		{
+			again = true;
+			if (all)
+			{
+				char		msg[RW_NAME_MAX + 64];
+
+				snprintf(msg, sizeof(msg),
+						 "could not renew the lease of Redis lock \"%s\"", h->name);
+				rw_note_warning(ERRCODE_CONNECTION_FAILURE, msg,
+								"Redis answered the renewal with an error (see the server log), or too few nodes of the quorum could decide it. It is tried again.");
+			}
+		}
 	}
+	if (again)
+		rw_renew_scheduled(rw_now_ms() + renew_retry_pause(), 0);
 	return nrenewed;
 }
 
@@ -102,7 +131,6 @@ int
 rw_renew_due(bool all, int *nlost)
 {
 	int64		now = rw_now_ms();
-	bool		keeper;
 	int			nrenewed = 0;
 	RwHeld	  **list;
 	RwHeld	  **due;
@@ -112,7 +140,6 @@ rw_renew_due(bool all, int *nlost)
 		*nlost = 0;
 	if (rw_holds_count() == 0 || (!all && now < renew_next_ms))
 		return 0;
-	keeper = !all && rw_keeper_running();
 	renew_next_ms = PG_INT64_MAX;
 	list = rw_holds_list(&nlist);
 	due = palloc(sizeof(RwHeld *) * (nlist + 1));
@@ -135,7 +162,7 @@ rw_renew_due(bool all, int *nlost)
 					(*nlost)++;
 				continue;
 			}
-			if (!all && ((keeper && h->slot >= 0) ||
+			if (!all && (rw_keeper_renews(h->slot, h->lease_ms) ||
 						 now < h->renewed_ms + h->lease_ms / 3 ||
 						 now < node->renew_retry_ms))
 			{

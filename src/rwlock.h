@@ -27,7 +27,8 @@
  *	               warnings kept for a safe moment
  *	  route.c      which node serves a lock: the one URL, a server, a
  *	               Sentinel-monitored service, a Redis Cluster or a quorum
- *	  keeper.c     the background worker and its shared table; redis_locks
+ *	  keeper.c     the background workers (the keeper, a renewer per Redis
+ *	               server) and their shared table; redis_locks
  *	  quorum.c     quorum mode (experimental): several independent masters
  *	               in rwlock.redis_url; one plain node per URL under the
  *	               logical node, acquisitions and renewals sent to all of
@@ -48,7 +49,11 @@
  *	               redis+sentinel:// endpoint (ep->resolve), which
  *	               redis_conn.c calls when it connects to such a node
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
- *	               latch, deadlines, interrupts
+ *	               latch, deadlines, interrupts; what a new connection
+ *	               checks (ROLE of a Sentinel-named master before AUTH, an
+ *	               evicting maxmemory-policy, the lock channels' ACL)
+ *	  resolve.c    host names looked up without blocking (getaddrinfo_a)
+ *	  errors.c     what a failure means in SQLSTATEs; rw_raise
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,
  *	               reads and writes, what a failure means
  *	  guc.c        the rwlock.* settings; settings refused when the library
@@ -233,6 +238,10 @@ typedef enum RwErrKind
 								 * (an evicting maxmemory-policy) */
 	RW_ERR_NOPERM,				/* at connect: the Redis user lacks a
 								 * permission locks need (lock channels) */
+	RW_ERR_UNSERVED,			/* a cluster's redirections (TRYAGAIN,
+								 * CLUSTERDOWN, MOVED) outlasted
+								 * rwlock.command_timeout: the command did
+								 * not run */
 } RwErrKind;
 
 typedef struct RwError
@@ -289,7 +298,10 @@ typedef struct RwConn
 #define RW_TAG_DISCARD ((void *) 1)
 
 extern void rw_call_begin(void);
+extern void rw_call_again(void);
 extern uint64 rw_call_id(void);
+extern void rw_conn_cancellable(bool on);
+extern bool rw_conn_cancel_cut(void);
 extern bool rw_conn_drain(RwConn *conn, RwError *err);
 extern bool rw_conn_pause(long ms);
 extern void rw_conn_limit(int64 deadline);
@@ -308,13 +320,28 @@ extern void rw_append(RwConn *conn, int argc, const char **argv,
 extern bool rw_exchange(RwConn *conn, int nreplies, redisReply **replies,
 						RwError *err);
 extern bool rw_flush(RwConn *conn, int64 deadline, RwError *err);
+extern bool rw_flush_tagged(RwConn *conn, int64 deadline, RwError *err);
 extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
-extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
-extern int	rw_error_sqlstate(const RwError *err);
+extern void rw_log_later(const char *fmt,...) pg_attribute_printf(1, 2);
+extern void rw_logs_flush(void);
 
+/* ---- resolve.c ---- */
+struct gaicb;
+struct addrinfo;
+extern bool rw_resolve_start(const char *host, const char *port,
+							 struct addrinfo **res, struct gaicb **req,
+							 RwError *err);
+extern int	rw_resolve_poll(struct gaicb *req, struct addrinfo **res,
+							RwError *err);
+extern void rw_resolve_abandon(struct gaicb *req);
+
+/* ---- errors.c ---- */
+extern void rw_error_set(RwError *err, RwErrKind kind, const char *fmt,...) pg_attribute_printf(3, 4);
+extern int	rw_error_sqlstate(const RwError *err);
+extern void rw_raise(RwConn *conn, const RwError *err) pg_attribute_noreturn();
 
 /* ---- tls.c ---- */
 typedef struct RwTls RwTls;
@@ -525,7 +552,7 @@ extern bool rw_stats_reset(void);
 
 /* ---- keeper.c ---- */
 extern void rw_keeper_init(void);
-extern bool rw_keeper_running(void);
+extern bool rw_keeper_renews(int slot, int lease_ms);
 extern int	rw_keeper_publish(int slot, const char *name, const char *url,
 							  const char *key, const char *owner, int64 token,
 							  TimestampTz acquired, int64 renewed_ms,
@@ -640,6 +667,7 @@ typedef struct RwHeld
 	RwMode	   *stack;			/* modes of session holds, oldest first */
 	int			stack_len;
 	int			stack_cap;
+	uint64		end_gen;		/* held.c: released at this transaction end */
 	RwMode		redis_mode;		/* what Redis has for this session */
 	int64		token;
 	TimestampTz acquired;
@@ -667,6 +695,7 @@ typedef struct RwHeldRow
 extern RwHeld *rw_holds_find(const char *name);
 extern RwHeld *rw_holds_enter(const char *name, RwNode *node);
 extern void rw_holds_reserve(RwHeld *h);
+extern void rw_holds_mark_lost(RwHeld *h);
 extern void rw_holds_forget(RwHeld *h);
 extern void rw_holds_sweep(void);
 extern int	rw_holds_count(void);
@@ -701,14 +730,16 @@ extern bool rw_release_settle_name(RwNode *node, const char *name, RwError *err)
 extern bool rw_release_settle_member(RwNode *node, int ix, const char *name,
 									 RwError *err);
 extern void rw_release_read_answers(void);
+extern bool rw_release_await(RwError *err);
 extern void rw_release_at_exit(void);
 extern void rw_note_release_failed(const char *name, const RwError *err);
 
 /* ---- waiting.c ---- */
+extern int64 rw_wait_cap(long timeout_ms, int64 deadline);
 extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 							RwMode mode, RwMode held_mode, long timeout_ms,
-							bool timeout_is_error, int64 *token,
-							int64 *since, bool *lost);
+							int64 started, bool timeout_is_error,
+							int64 *token, int64 *since, bool *lost);
 extern void rw_wait_done(void);
 extern void rw_abandon_wait(void);
 
@@ -747,6 +778,6 @@ extern void rw_operation_end(void);
 extern bool rw_lock(const char *name, RwMode mode, RwLevel level,
 					long wait_ms, bool is_try, int64 *token);
 extern bool rw_unlock(const char *name, RwMode mode);
-extern int	rw_unlock_all(void);
+extern int	rw_unlock_all(bool await);
 
 #endif							/* RWLOCK_H */

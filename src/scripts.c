@@ -147,9 +147,10 @@ scripts_wait_result(redisReply *r)
 {
 	int			acks = r->type == REDIS_REPLY_INTEGER ? (int) r->integer : -1;
 
+	/* Logged later: this runs between Redis's answer and its record. */
 	if (acks < 0)
-		elog(LOG, "rwlock: WAIT failed: %s",
-			 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+		rw_log_later("rwlock: WAIT failed: %.200s",
+					 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
 	freeReplyObject(r);
 	return acks;
 }

@@ -21,10 +21,11 @@
  * What is verified (rwlock.tls_verify): full, the server's certificate
  * chains to a trusted CA (rwlock.tls_ca_file, or the system's store) and
  * names the URL's host (a DNS name or IP address in its subjectAltName;
- * the subject's common name is never read, RFC 9525); ca, only the chain; none, nothing. A handshake that fails says why in
- * plain words: an unknown CA, a name mismatch, an expired certificate, a
- * client certificate required or refused, a server that does not speak
- * TLS. The error queue of OpenSSL, which PostgreSQL's own SSL code shares,
+ * the subject's common name is never read, RFC 9525); ca, only the chain;
+ * none, nothing. A handshake that fails says why in plain words: an
+ * unknown CA, a name mismatch (a certificate without subjectAltName told
+ * apart), an expired certificate, a client certificate required or
+ * refused, a server that does not speak TLS. The error queue of OpenSSL, which PostgreSQL's own SSL code shares,
  * is cleared before and after each call.
  *
  *-------------------------------------------------------------------------

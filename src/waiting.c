@@ -38,7 +38,25 @@
  * The sleep goes through the latch: cancel, statement_timeout, termination
  * and postmaster death end it at once. Between tries nothing is in flight;
  * a try cut off in flight owes the release of what it may have granted
- * (release.c) before the error is raised.
+ * (release.c) before the error is raised, or before the next try (the
+ * releases owed for the name go ahead of each try).
+ *
+ * The wait's end (lock_timeout, a try form's wait) caps each try as well:
+ * a try, its connection and its subscription end by then whatever Redis
+ * does, or WAIT_TRY_MIN_MS after the try began if that is later (so that a
+ * short lock_timeout still lets a free lock be taken), and a try that ran
+ * out of time there ends the wait as the timeout does (55P03, or false);
+ * so does any try that failed for want of Redis once the time is up.
+ *
+ * A session that has found the lock busy is waiting, and has nothing to
+ * lose by waiting on: a try that then fails for want of Redis (it could not
+ * connect, did not answer within rwlock.command_timeout, dropped the
+ * connection, or a cluster did not serve the slot in time: a failover, a
+ * slot migration) is tried again after a pause (WAIT_RETRY_MS, doubled
+ * after each failure in a row up to WAIT_RETRY_MAX_MS), until the wait's end
+ * or a cancel, as a new call (redis_conn.c: the node is connected to
+ * again, a cluster's slot map loaded again). A try that fails before the
+ * lock was ever found busy is an error at once, as any other call's.
  *
  *-------------------------------------------------------------------------
  */
@@ -53,6 +71,10 @@
 
 #define WAIT_SPLIT_MIN_MS	10	/* the random pause after a split vote */
 #define WAIT_SPLIT_MAX_MS	100
+#define WAIT_RETRY_MS		100 /* after a try that failed, while waiting */
+#define WAIT_RETRY_MAX_MS	1000	/* ... after several in a row */
+#define WAIT_TRY_MIN_MS		200 /* the least a try is given, whatever the
+								 * wait's end */
 
 /* The wait in progress, so an error can clean up after it. */
 static struct
@@ -255,6 +277,20 @@ wait_for_push(RwConn *only, bool (*match) (redisReply *), long timeout_ms)
 	}
 }
 
+/*
+ * Whether a try that failed may be tried again by a waiter: Redis could not
+ * be reached, did not answer in time or dropped the connection, or a
+ * cluster did not serve the slot in time. Not an interrupt, credentials
+ * refused, a Redis unfit to serve locks or a permission refused (final at
+ * connect), or an error reply.
+ */
+static bool
+wait_may_retry(const RwError *err)
+{
+	return err->kind == RW_ERR_CONNECT || err->kind == RW_ERR_LOST ||
+		err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_UNSERVED;
+}
+
 /* The member a subscriber belongs to may be asked (not failed lately). */
 static bool
 wait_may_listen(int i)
@@ -298,8 +334,15 @@ wait_subscribe(void)
 			continue;			/* no time left: asked next time */
 		if (!rw_conn_ensure(sub, &err))
 		{
-			/* Interrupts are served; a lone node's failure is an error. */
-			if (wait_state.nsubs == 1 || err.kind == RW_ERR_INTERRUPTED)
+			/*
+			 * Interrupts are served, and so is a lone node's refusal that
+			 * no retry would change (a user that may not SUBSCRIBE: 42501).
+			 * Else the waiter polls: its tries say whether Redis can be had
+			 * (and are tried again if not); a quorum's member that refused
+			 * is left alone.
+			 */
+			if (err.kind == RW_ERR_INTERRUPTED ||
+				(wait_state.nsubs == 1 && !wait_may_retry(&err)))
 				rw_raise(sub, &err);
 			continue;
 		}
@@ -406,7 +449,8 @@ wait_undo_unacked(RwNode *node, const RwKeys *keys, const char *name,
  * A cluster answered the acquisition with a redirection (cluster.c): true
  * to try again where it says, after the releases owed for the name are
  * queued there ahead of it. False, with *err, when the redirections have
- * lasted rwlock.command_timeout or the releases cannot be queued.
+ * lasted rwlock.command_timeout or the releases cannot be queued. (A try
+ * that may have run only marks the slot map stale here.)
  */
 static bool
 wait_redirected(RwNode *node, const char *name, RwError *err, int64 *since)
@@ -415,6 +459,27 @@ wait_redirected(RwNode *node, const char *name, RwError *err, int64 *since)
 		*since = rw_now_ms();
 	return rw_cluster_redirected(node, err, *since) &&
 		rw_release_settle_name(node, name, err);
+}
+
+/*
+ * One try on a node (a plain one, or a cluster's: the member that serves
+ * the name's slot), after the releases owed for the name there, queued
+ * ahead of it (those a try cut off earlier in this wait owes). Statuses as
+ * rw_proto_acquire's.
+ */
+static RwAcquireStatus
+wait_try_node(RwNode *node, const RwKeys *keys, const char *name,
+			  RwMode mode, RwMode held_mode, int intent, int64 *result,
+			  char **other, int *acks, RwError *err)
+{
+	*acks = -1;
+	if (!rw_release_settle_name(node, name, err))
+	{
+		err->maybe_sent = false;
+		return RW_ACQ_FAILED;
+	}
+	return rw_proto_acquire(rw_cluster_cmd(node, keys), keys, mode, held_mode,
+							rw_lease_ms, intent, result, other, acks, err);
 }
 
 /*
@@ -495,8 +560,23 @@ wait_split_pause(void)
 }
 
 /*
+ * The cap on a try's deadlines (rw_conn_tighten) for a wait that ends at
+ * `deadline` (timeout_ms: as rw_wait_acquire's): that end, or
+ * WAIT_TRY_MIN_MS from now if later; no cap for a wait without an end or a
+ * call that does not wait. held.c caps what it sends ahead of the wait so.
+ */
+int64
+rw_wait_cap(long timeout_ms, int64 deadline)
+{
+	if (timeout_ms <= 0)
+		return PG_INT64_MAX;
+	return Max(deadline, rw_now_ms() + WAIT_TRY_MIN_MS);
+}
+
+/*
  * Take the lock in `mode`, waiting up to timeout_ms (-1: forever, 0: not at
- * all). held_mode is what the session already holds in Redis (RW_READ when
+ * all) from `started` (when the call began: what it sent ahead counts).
+ * held_mode is what the session already holds in Redis (RW_READ when
  * this is an upgrade). *lost is the hold's record that it was lost: set as
  * soon as Redis answers that the read lock being upgraded is gone (nothing
  * can throw in between), after which the session holds nothing and the
@@ -504,22 +584,26 @@ wait_split_pause(void)
  * found lost (a renewal while waiting) goes on so too. On success sets
  * *token and returns true; the caller records the grant (its lease runs
  * from *since, when the try that got it was sent), then calls
- * rw_wait_done. When the time runs out, returns false, or raises 55P03 if
+ * rw_wait_done. When the time runs out (also in the middle of a try: see
+ * the header), returns false, or raises 55P03 if
  * timeout_is_error.
  *
  * An acquisition that fails in flight may have been granted all the same:
- * before the error is raised, the release of what it may have granted is
- * owed (release.c), so the name is never taken again before Redis is rid of
- * it. An acquisition that never reached Redis owes nothing.
+ * before the error is raised, or the try made again, the release of what it
+ * may have granted is owed (release.c), so the name is never taken again
+ * before Redis is rid of it. An acquisition that never reached Redis owes
+ * nothing.
  */
 bool
 rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
-				RwMode mode, RwMode held_mode, long timeout_ms,
+				RwMode mode, RwMode held_mode, long timeout_ms, int64 started,
 				bool timeout_is_error, int64 *token, int64 *since, bool *lost)
 {
-	int64		deadline = timeout_ms < 0 ? PG_INT64_MAX : rw_now_ms() + timeout_ms;
+	int64		deadline = timeout_ms < 0 ? PG_INT64_MAX : started + timeout_ms;
 	int			intent = timeout_ms != 0 ? RW_INTENT_MS : 0;
 	int64		redirected_since = 0;	/* first of the redirections in a row */
+	bool		waiting = false;	/* the lock was found busy */
+	long		retry_ms = WAIT_RETRY_MS;	/* the pause after a failed try */
 
 	wait_begin(node, keys, name, mode, held_mode, intent > 0);
 	for (;;)
@@ -530,8 +614,9 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		long		left;
 		RwError		err;
 		int			acks;
-
 		bool		split = false;
+		bool		time_up;
+		int64		cap = rw_conn_tighten(rw_wait_cap(timeout_ms, deadline));
 
 		if (held_mode == RW_READ && *lost)
 			held_mode = wait_state.held_mode = RW_NONE;
@@ -540,56 +625,96 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			status = wait_try_quorum(node, keys, name, mode, held_mode, intent,
 									 &result, &other, &split, &err);
 		else
-			status = rw_proto_acquire(rw_cluster_cmd(node, keys), keys, mode,
-									  held_mode, rw_lease_ms, intent, &result,
-									  &other, &acks, &err);
-		if (status == RW_ACQ_FAILED && !err.maybe_sent &&
+			status = wait_try_node(node, keys, name, mode, held_mode, intent,
+								   &result, &other, &acks, &err);
+		if (status == RW_ACQ_FAILED &&
 			wait_redirected(node, name, &err, &redirected_since))
+		{
+			rw_conn_restore(cap);
 			continue;
+		}
 		redirected_since = 0;
 		if (status == RW_GRANTED)
 		{
+			rw_conn_restore(cap);
 			*token = result;
 			return true;
 		}
 		if (status == RW_GRANTED_UNACKED)
 		{
 			wait_end(true);
+			rw_conn_restore(cap);
 			wait_undo_unacked(node, keys, name, mode, held_mode, acks,
 							  timeout_is_error);
 			return false;
 		}
 		if (status == RW_ACQ_FAILED)
 		{
+			/*
+			 * An upgrade keeps its read lock (unless found lost), with a
+			 * quorum's lease cap.
+			 */
 			if (err.maybe_sent)
 				rw_release_owe(node, -1, name, keys,
 							   held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING,
-							   rw_lease_ms);
-			wait_end(true);
-			rw_raise(&node->cmd, &err);
+							   rw_quorum_lease(node));
+			/*
+			 * An error, unless a waiter may try again, or the wait's end has
+			 * come (which cut the try short, or will end the wait anyway).
+			 */
+			time_up = timeout_ms > 0 && rw_now_ms() >= deadline;
+			if (!wait_may_retry(&err) || (!waiting && !time_up))
+			{
+				wait_end(true);
+				rw_conn_restore(cap);
+				rw_raise(&node->cmd, &err);
+			}
+			if (time_up)
+			{
+				wait_end(true);
+				rw_conn_restore(cap);
+				if (timeout_is_error)
+					wait_report_lock_timeout(name, mode);
+				return false;
+			}
+			rw_conn_restore(cap);
+			rw_renew_due(false, NULL);
+			left = deadline == PG_INT64_MAX ? -1 : Max(deadline - rw_now_ms(), 0);
+			wait_sleep(left < 0 ? retry_ms : Min(retry_ms, left));
+			retry_ms = Min(retry_ms * 2, WAIT_RETRY_MAX_MS);
+			CHECK_FOR_INTERRUPTS();
+			rw_call_again();
+			continue;
 		}
 		if (status == RW_READ_LOST)
 		{
 			/* Recorded first; the WARNING waits for the end of the call. */
+			if (!*lost)
+				rw_stat_add(RW_STAT_HOLDS_LOST, 1);
 			*lost = true;
 			held_mode = wait_state.held_mode = RW_NONE;
 			rw_note_lost(name,
 						 "Redis no longer had this session's read lock when it asked to upgrade it to the write lock: its lease ran out or Redis lost its data.");
+			rw_conn_restore(cap);
 			continue;
 		}
 		if (status == RW_UPGRADE_CONFLICT)
 		{
 			/* A try cannot have it while the other waits: no, not an error. */
 			wait_end(true);
+			rw_conn_restore(cap);
 			if (!timeout_is_error)
 				return false;
 			wait_report_upgrade_conflict(name, other);
 		}
+		waiting = true;
+		retry_ms = WAIT_RETRY_MS;
 
 		left = deadline == PG_INT64_MAX ? -1 : Max(deadline - rw_now_ms(), 0);
 		if (left == 0)
 		{
 			wait_end(true);
+			rw_conn_restore(cap);
 			if (timeout_is_error)
 				wait_report_lock_timeout(name, mode);
 			return false;
@@ -601,14 +726,19 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		if (rw_deadlock_tick(node, keys, name, mode, &result))
 		{
 			wait_end(true);
+			rw_conn_restore(cap);
 			rw_deadlock_report();
 		}
 		if (!wait_state.subscribed)
 		{
 			/* Try again once listening, before any sleep. */
 			if (wait_subscribe())
+			{
+				rw_conn_restore(cap);
 				continue;
+			}
 		}
+		rw_conn_restore(cap);
 
 		/*
 		 * The session's other holds (and, in an upgrade, its read lock) must

@@ -24,55 +24,6 @@ my $certs = tls_certs();
 make_cert('wronghost', ca => 'ca', san => 'DNS:wrong.example');
 make_cert('expired', ca => 'ca', san => 'IP:127.0.0.1,DNS:localhost', days => -1);
 
-# port => pid of each Redis started here. Stopped by signal at the end:
-# redis-cli cannot talk to the one whose certificate has expired.
-my %tls_started;
-END
-{
-	for my $pid (values %tls_started)
-	{
-		kill 'CONT', $pid;
-		kill 'TERM', $pid;
-	}
-}
-
-# A Redis with TLS only, with the server certificate $cert; clients must
-# show a certificate with auth_clients => 'yes'. Returns its port.
-sub tls_redis_start
-{
-	my (%o) = @_;
-	my $port;
-	for my $p (6382 .. 6389)
-	{
-		next if $tls_started{$p} || !RwlockTest::port_free($p);
-		$port = $p;
-		last;
-	}
-	die "no free port for Redis in 6382-6389" unless $port;
-	my $dir = "$PostgreSQL::Test::Utils::tmp_check/redis$port";
-	mkdir $dir;
-	my $cert = $o{cert} // 'server';
-	system('redis-server', '--port', '0', '--tls-port', $port,
-		'--bind', '127.0.0.1', '--tls-cert-file', "$certs/$cert.crt",
-		'--tls-key-file', "$certs/$cert.key", '--tls-ca-cert-file',
-		"$certs/ca.crt", '--tls-auth-clients', $o{auth_clients} // 'no',
-		'--save', '', '--appendonly', 'no', '--dir', $dir,
-		'--daemonize', 'yes', '--pidfile', "$dir/redis.pid",
-		'--logfile', "$dir/redis.log") == 0
-	  or die "redis-server failed to start";
-	for (1 .. 100)
-	{
-		if (-s "$dir/redis.pid" && RwlockTest::port_free($port) == 0)
-		{
-			$tls_started{$port} = slurp_file("$dir/redis.pid") + 0;
-			# With an expired or foreign certificate redis-cli cannot PING.
-			return $port;
-		}
-		sleep 0.05;
-	}
-	die "redis-server with TLS on port $port did not start";
-}
-
 # The state of a lock over TLS (info.lua): free, read or write.
 sub tls_lock_state { return lock_state(@_, \&tls_cli); }
 
@@ -198,7 +149,7 @@ chmod 0600, "$certs/client.key";
 sq($s1, "RESET rwlock.redis_url; RESET rwlock.tls_cert_file; RESET rwlock.tls_key_file");
 
 # --- a handshake the server never answers: interrupts and connect_timeout
-kill 'STOP', $tls_started{$stalled};
+redis_sigstop($stalled);
 my $s3 = session($node);
 sq($s3, "SET rwlock.redis_url = 'rediss://127.0.0.1:$stalled/0'; SET rwlock.connect_timeout = '30s'");
 ($out, $err, $secs) = sq($s3, "SET statement_timeout = '300ms'; SELECT redis_wlock('c1')");
@@ -229,7 +180,7 @@ like($err, qr/ERROR:  08001: .*\n.*DETAIL:  no answer to the TLS handshake withi
 cmp_ok($secs, '<', 1.5, sprintf('after %.3f s (timeout 0.7 s)', $secs));
 ($out) = sq($s3, "SELECT 1");
 is($out, '1', 'the session is usable');
-kill 'CONT', $tls_started{$stalled};
+redis_sigcont($stalled);
 ($out, $err) = sq($s3, "SELECT redis_wlock('c4') > 0, redis_unlock('c4')");
 is($out, 't|t', 'the same session takes locks once the server answers');
 

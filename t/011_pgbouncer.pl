@@ -9,6 +9,9 @@
 #    each transaction takes redis_wlock_xact (or the try form with a wait),
 #    reads a counter and writes counter + 1 computed by the client; no
 #    update may be lost, and nothing may stay held on any backend after.
+# c) Transaction pooling, one server connection: a session-level lock
+#    passes to the next client on the backend, as docs/failures.md says (as an
+#    advisory lock would): use _xact locks through transaction pooling.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -168,9 +171,27 @@ is(lock_state($port, $prefix, 't'), 'free', 'Redis has the lock t free');
 ($out) = sq($direct2, "SELECT redis_try_wlock('t'), redis_unlock('t')");
 is($out, 't|t', 'a direct session gets it at once');
 
+pgbouncer_stop($pt);
+
+# --- c) what docs/failures.md says of session-level locks through transaction
+# pooling: the hold belongs to the backend, so the next client on it
+# inherits it (and the keeper renews it for as long as the backend lives).
+my $p1 = pgbouncer_start($node, pool_mode => 'transaction', pool_size => 1);
+my $c1 = bouncer_session($node, $p1);
+($out) = sq($c1, "SELECT redis_wlock('tp') > 0");
+is($out, 't', 'transaction pooling: a client takes a session-level lock');
+$c1->quit;    # no DISCARD ALL in transaction pooling
+my $c2 = bouncer_session($node, $p1);
+($out) = sq($c2, "SELECT string_agg(name || ':' || level, ',') FROM redis_held_locks");
+is($out, 'tp:session', '... the next client on the backend inherits it (documented)');
+is(lock_state($port, $prefix, 'tp'), 'write', '... and Redis still has it');
+($out) = sq($c2, "SELECT redis_unlock('tp')");
+is($out, 't', '... which that client can release');
+$c2->quit;
+pgbouncer_stop($p1);
+
 $direct->quit;
 $direct2->quit;
-pgbouncer_stop($pt);
 $node->stop;
 redis_stop($port);
 done_testing();

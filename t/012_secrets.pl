@@ -1,7 +1,7 @@
 # Credentials that stay secret, and no silent fallback to another server.
 #
 # A Redis whose only user is an ACL user with a password. For each way the
-# README shows to configure the credentials, with and without rwlock in
+# docs/connecting.md shows to configure the credentials, with and without rwlock in
 # shared_preload_libraries, a role without privileges runs SHOW,
 # current_setting, pg_settings, pg_db_role_setting, redis_connection_info()
 # and gets error messages (Redis refuses AUTH; Redis is down), in fresh
@@ -30,9 +30,6 @@ my $user = 'rwuser';
 my $default_port = 6379;
 
 # ---- Redis servers -----------------------------------------------------
-my %mine;    # port => pid: started here, stopped at the end (by signal:
-			 # the test may die with the password changed)
-END { kill 'TERM', $_ for values %mine; }
 
 sub acli
 {
@@ -50,31 +47,10 @@ sub acli
 # A Redis whose default user is off: only rwuser, with its password, gets in.
 sub acl_redis_start
 {
-	my ($port) = @_;
-	for my $p (6382 .. 6389)
-	{
-		next if $mine{$p} || !RwlockTest::port_free($p);
-		$port = $p;
-		last;
-	}
-	my $dir = "$PostgreSQL::Test::Utils::tmp_check/redis$port";
-	mkdir $dir;
-	system('redis-server', '--port', $port, '--bind', '127.0.0.1',
-		'--user', $user, 'on', ">$pw", '~*', '&*', '+@all', '--user', 'default', 'off',
-		'--save', '', '--appendonly', 'no', '--dir', $dir,
-		'--daemonize', 'yes', '--pidfile', "$dir/redis.pid",
-		'--logfile', "$dir/redis.log") == 0
-	  or die "redis-server failed to start";
-	for (1 .. 100)
-	{
-		if (acli($port, 'PING') eq 'PONG')
-		{
-			$mine{$port} = slurp_file("$dir/redis.pid") + 0;
-			return $port;
-		}
-		sleep 0.05;
-	}
-	die "redis-server on port $port did not answer";
+	return redis_spawn(
+		args => [ '--user', $user, 'on', ">$pw", '~*', '&*', '+@all', '--user', 'default', 'off' ],
+		ready => sub { acli($_[0], 'PING') eq 'PONG' },
+		by_signal => 1);
 }
 
 my $port = acl_redis_start();
@@ -234,12 +210,12 @@ SELECT redis_unlock('s1');");
 }
 
 # Documented: without preloading, a password in the URL in postgresql.conf
-# is shown by SHOW to every role before the library is loaded (README).
+# is shown by SHOW to every role before the library is loaded (docs/connecting.md).
 {
 	my $node = $nodes{0};
 	configure($node, 'url+conf');
 	like(as_nopriv($node, 'SHOW rwlock.redis_url'), qr/\Q$pw\E/,
-		'as the README says: not preloaded, a password in the URL is visible before the library loads');
+		'as docs/connecting.md says: not preloaded, a password in the URL is visible before the library loads');
 	configure($node, 'file+conf');
 }
 

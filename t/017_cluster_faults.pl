@@ -151,7 +151,7 @@ $holder->quit;
 # --- A slot moved while a session holds an _xact lock in it: COMMIT's
 # release goes where the session's map says, is answered MOVED and does not
 # run; the lock stays held until the session's next call sends it again
-# where the slot is now (README, Redis Cluster: the cost that remains).
+# where the slot is now (docs/topologies.md, Redis Cluster: the cost that remains).
 my ($from, $to) = @masters[1, 2];
 my $xname = name_on($from, 'cm');
 my $xslot = key_slot(key_of($xname));

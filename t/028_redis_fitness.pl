@@ -9,8 +9,12 @@
 #     that may not SUBSCRIBE gets 42501 at its first wait, its intent
 #     withdrawn; one without the lock keys gets 42501 (NOPERM), not XX000,
 #     Redis's message in the detail;
-#   - a user made by the README's ACL SETUSER line locks, is woken from a
-#     wait by a release (not by the lease) and sees redis_connection_info.
+#   - a user made by docs/connecting.md's ACL SETUSER line locks, is woken from a
+#     wait by a release (not by the lease) and sees redis_connection_info;
+#   - (issue 27.17) holds Redis lost (keys deleted): redis_unlock and
+#     redis_unlock_all each report them lost themselves, and an unlock of
+#     such a name afterwards gives one warning, that it is not held (it
+#     used to get a late "was lost" for redis_unlock_all's release too).
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -102,10 +106,10 @@ is(redis_cli($good, 'ZCARD', 'tap_fitness:{w}:q'), '0',
 	'... its intent withdrawn');
 sq($s, "SELECT redis_unlock('w')");
 
-# The README's line (section "What a Redis serving locks must be").
-my $readme = slurp_file("$FindBin::RealBin/../README.md");
+# docs/connecting.md's line (section "What a Redis serving locks must be").
+my $readme = slurp_file("$FindBin::RealBin/../docs/connecting.md");
 my ($line) = $readme =~ /^\s*(ACL SETUSER rwlock .*)$/m;
-ok($line, "the README's ACL SETUSER line");
+ok($line, "docs/connecting.md's ACL SETUSER line");
 $line =~ s/rwlock:\*/tap_fitness:*/g;    # this test's key prefix
 $line =~ s/>\S+/>pw/;
 is(redis_cli($good, split / /, $line), 'OK', '... is accepted by Redis 7');
@@ -123,6 +127,29 @@ cmp_ok(time - $t0, '<', 3, '... woken by the release, not the 10 s lease');
 sq($s2, "SELECT redis_unlock('h')");
 ($out, $err) = sq($s, "SELECT connected FROM redis_connection_info() WHERE current");
 is($out, 't', '... and redis_connection_info works') or diag($err);
+
+# ---- unlocking lost holds (issue 27.17) ------------------------------------
+# Each lost hold is reported once, by the call that unlocks it; a later
+# unlock of the name only says it is not held.
+use_url($s, "redis://127.0.0.1:$good/0");
+sub warnings_of { my ($e) = @_; return scalar(() = $e =~ /WARNING:/g); }
+sq($s, "SELECT redis_wlock('l1'), redis_rlock('l2'), redis_wlock('l3')");
+redis_cli($good, 'DEL', 'tap_fitness:{l1}', 'tap_fitness:{l2}',
+	'tap_fitness:{l3}');
+($out, $err) = sq($s, "SELECT redis_unlock('l3')");
+is($out, 'f', 'redis_unlock of a hold Redis lost: false');
+is(warnings_of($err), 1, '... one warning');
+like($err, qr/Redis lock "l3" was lost/, '... that it was lost');
+($out, $err) = sq($s, "SELECT redis_unlock_all()");
+is($out, '2', 'redis_unlock_all of two holds Redis lost: 2');
+like($err, qr/Redis lock "l1" was lost.*Redis lock "l2" was lost|Redis lock "l2" was lost.*Redis lock "l1" was lost/s,
+	'... reports both lost, itself');
+($out, $err) = sq($s, "SELECT redis_unlock('l1')");
+is($out, 'f', 'an unlock of one of them after: false');
+is(warnings_of($err), 1, '... one warning');
+like($err, qr/you don't own a session-level hold of Redis lock "l1"/,
+	'... that it is not held');
+unlike($err, qr/was lost/, '... not a late "was lost" beside it');
 
 $s->quit;
 $s2->quit;

@@ -21,46 +21,9 @@ make_cert('sanonly', ca => 'ca', san => 'DNS:localhost');
 make_cert('localhost', ca => 'ca');    # CN=localhost, no subjectAltName
 make_cert('cnandother', ca => 'ca', san => 'DNS:other.example');
 
-my %tls_started;    # port => pid
-END { kill 'TERM', $_ for values %tls_started; }
-
-# A Redis with TLS only, serving $cert.
-sub tls_redis_start
-{
-	my ($cert) = @_;
-	my $port;
-	for my $p (6382 .. 6389)
-	{
-		next if $tls_started{$p} || !RwlockTest::port_free($p);
-		$port = $p;
-		last;
-	}
-	die "no free port for Redis in 6382-6389" unless $port;
-	my $dir = "$PostgreSQL::Test::Utils::tmp_check/redis$port";
-	mkdir $dir;
-	system('redis-server', '--port', '0', '--tls-port', $port,
-		'--bind', '127.0.0.1', '--tls-cert-file', "$certs/$cert.crt",
-		'--tls-key-file', "$certs/$cert.key", '--tls-ca-cert-file',
-		"$certs/ca.crt", '--tls-auth-clients', 'no',
-		'--save', '', '--appendonly', 'no', '--dir', $dir,
-		'--daemonize', 'yes', '--pidfile', "$dir/redis.pid",
-		'--logfile', "$dir/redis.log") == 0
-	  or die "redis-server failed to start";
-	for (1 .. 100)
-	{
-		if (-s "$dir/redis.pid" && RwlockTest::port_free($port) == 0)
-		{
-			$tls_started{$port} = slurp_file("$dir/redis.pid") + 0;
-			return $port;
-		}
-		Time::HiRes::sleep(0.05);
-	}
-	die "redis-server with TLS on port $port did not start";
-}
-
-my $san = tls_redis_start('sanonly');
-my $cn = tls_redis_start('localhost');
-my $other = tls_redis_start('cnandother');
+my $san = tls_redis_start(cert => 'sanonly');
+my $cn = tls_redis_start(cert => 'localhost');
+my $other = tls_redis_start(cert => 'cnandother');
 
 my $node = new_node('tlsnames', port => $san, lease => '10s',
 	conf => "rwlock.tls_ca_file = '$certs/ca.crt'\n");

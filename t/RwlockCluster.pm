@@ -3,8 +3,8 @@
 # on loopback, joined by redis-cli --cluster create with one replica per
 # master (three masters, three replicas); cluster_start(tls => 1) makes its
 # nodes speak TLS only (t/020). All are stopped when the test ends (plain
-# ones by RwlockTest's END block: they are started by its redis_start; TLS
-# ones by signal, below). Ports: the first free ones from 7301 (another
+# ones by RwlockTest's END block, which started them (redis_spawn); TLS
+# ones by signal, there too). Ports: the first free ones from 7301 (another
 # test's nodes still stopping are skipped); each also uses port + 10000 for
 # the cluster bus.
 package RwlockCluster;
@@ -68,33 +68,18 @@ sub cluster_start
 	return $c;
 }
 
-# pids of the TLS nodes, stopped by signal when the test ends (RwlockTest's
-# END block shuts down only what plain redis-cli reaches).
-my %tls_pids;
-END { kill 'TERM', $_ for values %tls_pids; }
-
-# A cluster node that speaks TLS only (port 0), on its port and its bus.
+# A cluster node that speaks TLS only (port 0), on its port and its bus
+# (RwlockTls's recipe; RwlockTest's END block stops it by signal).
 sub tls_node_start
 {
 	my ($port, $dir, @opts) = @_;
-	my $certs = tls_certs();
-	system('redis-server', '--port', '0', '--tls-port', $port, '--bind', '127.0.0.1',
-		'--tls-cluster', 'yes', '--tls-replication', 'yes',
-		'--tls-cert-file', "$certs/server.crt", '--tls-key-file', "$certs/server.key",
-		'--tls-ca-cert-file', "$certs/ca.crt", '--tls-auth-clients', 'optional',
-		'--save', '', '--appendonly', 'no', '--dir', $dir, '--daemonize', 'yes',
-		'--pidfile', "$dir/redis.pid", '--logfile', "$dir/redis.log", @opts) == 0
-	  or die "redis-server with TLS on port $port failed to start";
-	for (1 .. 100)
-	{
-		if (tls_cli($port, 'PING') eq 'PONG')
-		{
-			$tls_pids{$port} = slurp_file("$dir/redis.pid") + 0;
-			return;
-		}
-		sleep 0.05;
-	}
-	die "redis-server with TLS on port $port did not answer";
+	tls_redis_start(
+		port => $port,
+		dir => $dir,
+		auth_clients => 'optional',
+		args => [ '--tls-cluster', 'yes', '--tls-replication', 'yes', @opts ],
+		ready => sub { tls_cli($_[0], 'PING') eq 'PONG' });
+	return;
 }
 
 # Whether every node says cluster_state:ok and knows every node.

@@ -14,7 +14,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-our @EXPORT = qw(redis_start redis_stop redis_cli new_node session sq
+our @EXPORT = qw(redis_start redis_spawn redis_stop redis_cli new_node session sq
   wait_until elapsed_since lock_state keeper_pid
   sq_send sq_poll sq_wait sqlstate redis_pid redis_holders redis_mode_of
   session_owner session_pid backend_gone strip_location
@@ -37,43 +37,80 @@ sub port_free
 	return 1;
 }
 
-# Every Redis a test started is shut down when the test ends, however.
+# Every Redis a test started is shut down when the test ends, however:
+# by redis-cli SHUTDOWN (a pid may have been reused after a kill -9,
+# t/017), or, those plain redis-cli cannot reach (TLS only, the default
+# user off), by SIGTERM to their pid.
 # local $?: redis-cli's failure on one killed with kill -9 (t/017) must not
 # become the test's exit status ("exited with 256" when it came last).
-my %started;
-END { local $?; redis_cli($_, 'SHUTDOWN', 'NOSAVE') for keys %started; }
-
-# Start a Redis (again, on the same port if given); returns its port.
-# Arguments after the port are passed on to redis-server (e.g.
-# '--requirepass', 'secret' or '--enable-debug-command', 'yes').
-sub redis_start
+my %started;      # port => 1: stopped by redis-cli
+my %by_signal;    # port => pid: stopped by SIGTERM
+END
 {
-	my ($port, @extra) = @_;
+	local $?;
+	redis_cli($_, 'SHUTDOWN', 'NOSAVE') for keys %started;
+	for my $pid (values %by_signal)
+	{
+		kill 'CONT', $pid;
+		kill 'TERM', $pid;
+	}
+}
+
+# The one recipe for a test's redis-server. Options: port (else a free one
+# in 6382-6389 that no server of this test has), dir (default
+# tmp_check/redis<port>), tls => 1 (TLS only: --port 0 --tls-port; the
+# caller gives the certificate options in args), args (more redis-server
+# arguments), ready (a sub given the port, true once the server serves;
+# default: PING answered, or for TLS the port bound), by_signal => 1 (to be
+# stopped by SIGTERM, as TLS-only ones are). Returns the port.
+sub redis_spawn
+{
+	my (%o) = @_;
+	my $port = $o{port};
 	if (!$port)
 	{
 		for my $p (6382 .. 6389)
 		{
-			if (port_free($p)) { $port = $p; last; }
+			next if $by_signal{$p} || $started{$p} || !port_free($p);
+			$port = $p;
+			last;
 		}
 		die "no free port for Redis in 6382-6389" unless $port;
 	}
-	my $dir = "$PostgreSQL::Test::Utils::tmp_check/redis$port";
+	my $dir = $o{dir} // "$PostgreSQL::Test::Utils::tmp_check/redis$port";
 	mkdir $dir;
-	system('redis-server', '--port', $port, '--bind', '127.0.0.1',
+	my @listen = $o{tls} ? ('--port', '0', '--tls-port', $port) : ('--port', $port);
+	system('redis-server', @listen, '--bind', '127.0.0.1',
 		'--save', '', '--appendonly', 'no', '--dir', $dir,
 		'--daemonize', 'yes', '--pidfile', "$dir/redis.pid",
-		'--logfile', "$dir/redis.log", @extra) == 0
-	  or die "redis-server failed to start";
+		'--logfile', "$dir/redis.log", @{ $o{args} // [] }) == 0
+	  or die "redis-server failed to start on port $port";
+	my $ready = $o{ready} // ($o{tls}
+		? sub { -s "$dir/redis.pid" && !port_free($_[0]) }
+		: sub { redis_cli($_[0], 'PING') eq 'PONG' });
 	for (1 .. 100)
 	{
-		if (redis_cli($port, 'PING') eq 'PONG')
+		if ($ready->($port))
 		{
-			$started{$port} = 1;
+			if ($o{tls} || $o{by_signal})
+			{
+				$by_signal{$port} = slurp_file("$dir/redis.pid") + 0;
+			}
+			else { $started{$port} = 1; }
 			return $port;
 		}
 		sleep 0.05;
 	}
 	die "redis-server on port $port did not answer";
+}
+
+# Start a plain Redis (again, on the same port if given); returns its port.
+# Arguments after the port are passed on to redis-server (e.g.
+# '--requirepass', 'secret' or '--enable-debug-command', 'yes').
+sub redis_start
+{
+	my ($port, @extra) = @_;
+	return redis_spawn(port => $port, args => \@extra);
 }
 
 sub redis_stop

@@ -11,8 +11,9 @@ use warnings FATAL => 'all';
 use Exporter 'import';
 use IPC::Run;
 use PostgreSQL::Test::Utils;
+use RwlockTest;
 
-our @EXPORT = qw(tls_certs make_cert tls_cli tls_cli_args);
+our @EXPORT = qw(tls_certs make_cert tls_cli tls_cli_args tls_redis_start);
 
 my $certs;    # set by tls_certs(), which a test calls first
 
@@ -81,6 +82,27 @@ sub tls_cli
 		'>', \my $out, '2>', \my $err);
 	chomp $out;
 	return $out;
+}
+
+# A Redis with TLS only, its certificate $o{cert} (default server, signed by
+# ca); clients must show a certificate with auth_clients => 'yes'; more
+# redis-server arguments in args. Ready once its port is bound (redis-cli
+# cannot PING one whose certificate has expired). Returns its port.
+sub tls_redis_start
+{
+	my (%o) = @_;
+	my $dir = tls_certs();
+	my $cert = $o{cert} // 'server';
+	return redis_spawn(
+		port => $o{port},
+		dir => $o{dir},
+		tls => 1,
+		ready => $o{ready},
+		args => [
+			'--tls-cert-file', "$dir/$cert.crt", '--tls-key-file', "$dir/$cert.key",
+			'--tls-ca-cert-file', "$dir/ca.crt",
+			'--tls-auth-clients', $o{auth_clients} // 'no', @{ $o{args} // [] }
+		]);
 }
 
 1;

@@ -34,6 +34,16 @@ export interface LockOptions {
   onLost?: (lock: Lock) => void;
 }
 
+export interface UsingOptions extends LockOptions {
+  /** false: a lost hold does not make using() reject (the 'lost' event still comes). Default true. */
+  onLostError?: boolean;
+}
+
+export interface FromUrlOptions extends LocksOptions {
+  /** Added to ioredis's options (for a Cluster, to its redisOptions). */
+  redisOptions?: Record<string, unknown>;
+}
+
 export interface LockInfo {
   state: 'free' | 'read' | 'write';
   /** Last write token Redis keeps (0 if none). */
@@ -48,15 +58,27 @@ export interface LockInfo {
 
 export declare class Locks {
   constructor(redis: Redis | Cluster, options?: LocksOptions);
+  /** Locks on what a rwlock.redis_url names (redis://, rediss://, unix://,
+   *  redis+sentinel://, redis+cluster://; not a quorum's several URLs), on
+   *  an ioredis client of its own that close() ends. */
+  static fromUrl(url: string, options?: FromUrlOptions): Locks;
   readonly redis: Redis | Cluster;
   readonly prefix: string;
   readonly lease: number;
+  /** The Locks held now (acquired, not released). */
+  readonly holds: Set<Lock>;
   newOwner(): string;
   writeLock(name: string, options?: LockOptions): Lock;
   readLock(name: string, options?: LockOptions): Lock;
+  /** Acquire, run fn, release; resolves to fn's result. signal fires (reason: a LockLost)
+   *  if the hold is lost; then using() rejects with that LockLost once fn has settled. */
+  using<T>(name: string, mode: 'r' | 'w', fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
+    options?: UsingOptions): Promise<T>;
+  /** Release every hold of this Locks (e.g. before the process exits); how many. */
+  releaseAll(): Promise<number>;
   info(name: string): Promise<LockInfo>;
-  /** Disconnects the subscriber connection (not the Redis client given). */
-  close(): void;
+  /** Disconnects the subscriber connection, and fromUrl's client (not a Redis client given). */
+  close(): Promise<void>;
 }
 
 export declare class Lock extends EventEmitter {
@@ -71,7 +93,7 @@ export declare class Lock extends EventEmitter {
   readonly token: number | null;
   readonly held: boolean;
   readonly lost: boolean;
-  /** Resolves to the fencing token; LockTimeoutError when the time runs out. */
+  /** Resolves to the fencing token; LockTimeout when the time runs out. */
   acquire(timeout?: number): Promise<number>;
   tryAcquire(wait?: number): Promise<boolean>;
   upgrade(timeout?: number): Promise<boolean>;
@@ -83,27 +105,53 @@ export declare class Lock extends EventEmitter {
   once(event: 'lost', listener: (lock: Lock) => void): this;
 }
 
+/** Base class of every error of this package (bad arguments are TypeErrors). */
 export declare class RWLockError extends Error {}
 export declare class ProtocolVersionError extends RWLockError {}
-export declare class LockTimeoutError extends RWLockError {}
-export declare class UpgradeConflictError extends RWLockError {
+export declare class LockTimeout extends RWLockError {}
+/** Waiting could never end: UpgradeConflict, DeadlockDetected. */
+export declare class Deadlock extends RWLockError {}
+export declare class UpgradeConflict extends Deadlock {
   readonly other: string;
 }
-export declare class DeadlockDetectedError extends RWLockError {
+/** This holder's wait closed a cycle of waits and was chosen to give up (docs/protocol.md 18). */
+export declare class DeadlockDetected extends Deadlock {
   readonly lock: string;
   /** One line per wait of the cycle: "<owner> <r|w> <blocked by owner> <lock key>". */
   readonly cycle: string;
 }
-export declare class ReadLockLostError extends RWLockError {
+export declare const DeadlockDetectedError: typeof DeadlockDetected;
+export declare class LockLost extends RWLockError {
   readonly lock: string;
+  readonly owner: string;
 }
-export declare class ReplicasNotAcknowledgedError extends RWLockError {
+/** upgrade() found that Redis no longer has the read lock: the lock is lost. */
+export declare class ReadLockLost extends LockLost {}
+export declare class NotHeld extends RWLockError {}
+export declare class AlreadyHeld extends RWLockError {}
+export declare class ReplicasNotAcknowledged extends RWLockError {
   readonly lock: string;
   readonly acks: number;
   readonly wanted: number;
+}
+/** The names of version 1.1: the same classes. */
+export declare const LockTimeoutError: typeof LockTimeout;
+export declare type LockTimeoutError = LockTimeout;
+export declare const UpgradeConflictError: typeof UpgradeConflict;
+export declare type UpgradeConflictError = UpgradeConflict;
+export declare const ReplicasNotAcknowledgedError: typeof ReplicasNotAcknowledged;
+export declare type ReplicasNotAcknowledgedError = ReplicasNotAcknowledged;
+export declare const ReadLockLostError: typeof ReadLockLost;
+export declare type ReadLockLostError = ReadLockLost;
+
+export interface ParsedRedisUrl {
+  kind: 'redis' | 'cluster';
+  nodes?: { host: string; port: number }[];
+  options: Record<string, unknown>;
 }
 
 export declare function encodeName(name: string): string;
 export declare function lockKeys(prefix: string, name: string): [string, string, string];
 export declare function loadScripts(luaDir?: string): Record<string, { body: Buffer; sha: string }>;
 export declare function defaultLuaDir(): string;
+export declare function parseRedisUrl(url: string): ParsedRedisUrl;

@@ -4,7 +4,7 @@
 // repository), on ioredis.
 //
 //   const Redis = require('ioredis');
-//   const { Locks } = require('rwlock');
+//   const { Locks } = require('pg-rwlock-redis');
 //   const locks = new Locks(new Redis());
 //   const lk = locks.writeLock('invoice:42', { timeout: 10000 });
 //   const token = await lk.acquire();
@@ -27,45 +27,78 @@ const SCRIPTS = ['acquire', 'release', 'renew', 'info'];
 const HOLDS_READ = 'r'; // its read lock: an upgrade
 const HOLDS_NOTHING = '-'; // nothing: a read field of this owner left in Redis is stale
 
+// -- errors: the same names and meanings as the Python client's -------------
+
+/** Base class of every error of this package (bad arguments stay TypeError). */
 class RWLockError extends Error {
   constructor(message) {
     super(message);
     this.name = this.constructor.name;
   }
 }
+/** The lock's keys in Redis, or the scripts, speak another protocol version. */
 class ProtocolVersionError extends RWLockError {}
-class LockTimeoutError extends RWLockError {}
-class UpgradeConflictError extends RWLockError {
+/** acquire() ran out of time. */
+class LockTimeout extends RWLockError {}
+/** Waiting could never end: the waiters wait for each other
+ *  (UpgradeConflict, DeadlockDetected). */
+class Deadlock extends RWLockError {}
+/** Two readers of one name both wait to upgrade: this one gives up. */
+class UpgradeConflict extends Deadlock {
   constructor(name, other) {
     super(`deadlock: this holder and ${other} both hold the read lock on ` +
       `${JSON.stringify(name)} and wait for its write lock; release the read lock and retry`);
     this.other = other;
   }
 }
-class ReadLockLostError extends RWLockError {
-  constructor(name) {
-    super(`lock ${JSON.stringify(name)} was lost: Redis no longer had its read lock ` +
-      'when it was to be upgraded; acquire the lock anew');
-    this.lock = name;
+/** The hold was lost while it was meant to be held (lease ran out, Redis
+ *  lost it): others may have held the lock meanwhile. */
+class LockLost extends RWLockError {
+  constructor(name, owner) {
+    super(`lock ${JSON.stringify(name)} (owner ${owner}) was lost while held: ` +
+      'others may have held it meanwhile');
+    Object.assign(this, { lock: name, owner });
   }
 }
-// This holder's wait closed a cycle of waits and was chosen to give up
-// (docs/protocol.md 18); its intent or mark is withdrawn. cycle: one line per
-// wait, "<owner> <r|w> <blocked by owner> <lock key>".
-class DeadlockDetectedError extends RWLockError {
+/** This holder's wait closed a cycle of waits (sessions of any server,
+ *  clients) and was chosen to give up (docs/protocol.md 18); its intent or
+ *  mark is withdrawn. cycle: one line per wait, "<owner> <r|w> <blocked by
+ *  owner> <lock key>". */
+class DeadlockDetected extends Deadlock {
   constructor(name, cycle) {
     super(`deadlock detected while waiting for lock ${JSON.stringify(name)}: ` +
       cycle.split('\n').join('; '));
     Object.assign(this, { lock: name, cycle });
   }
 }
-class ReplicasNotAcknowledgedError extends RWLockError {
+/** upgrade() found that Redis no longer has this holder's read lock (its
+ *  lease ran out, or Redis lost its data): the lock is lost, not upgraded. */
+class ReadLockLost extends LockLost {
+  constructor(name, owner) {
+    super(name, owner);
+    this.message = `lock ${JSON.stringify(name)} was lost: Redis no longer had its read lock ` +
+      'when it was to be upgraded; acquire the lock anew';
+  }
+}
+/** Misuse: release(), renew(), downgrade() or upgrade() of a hold not held
+ *  (e.g. a second release). */
+class NotHeld extends RWLockError {}
+/** Misuse: acquire() of a Lock already held (one Lock is one holder). */
+class AlreadyHeld extends RWLockError {}
+/** A grant fewer replicas than waitReplicas acknowledged; it was undone. */
+class ReplicasNotAcknowledged extends RWLockError {
   constructor(name, acks, wanted) {
     super(`lock ${JSON.stringify(name)} was granted but only ${acks} of the ${wanted} ` +
       'replicas asked for acknowledged it; the grant was undone');
     Object.assign(this, { lock: name, acks, wanted });
   }
 }
+// The names of version 1.1, kept: the same classes.
+const LockTimeoutError = LockTimeout;
+const UpgradeConflictError = UpgradeConflict;
+const ReplicasNotAcknowledgedError = ReplicasNotAcknowledged;
+const ReadLockLostError = ReadLockLost;
+const DeadlockDetectedError = DeadlockDetected;
 
 const now = () => performance.now();
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
@@ -130,19 +163,32 @@ function versionError(name, e) {
 
 // -- the subscriber: one connection per Locks for every waiter ---------------
 
+// It never keeps the process alive: its socket is unref'd (a waiter's own
+// timer keeps the process alive while it waits), and it is closed once no
+// channel has been listened to for IDLE_MS (for a Cluster, whose subscriber
+// socket is not ours to unref, the process ends then).
+const IDLE_MS = 1000;
+
 class Subscriber {
   constructor(redis, timeoutMs) {
     this.redis = redis;
     this.timeoutMs = timeoutMs;
     this.conn = null;
+    this.idle = null;
     this.channels = new Map(); // channel -> { fns: Set, ready: Promise }
   }
 
   connection() {
+    clearTimeout(this.idle);
+    this.idle = null;
     if (!this.conn) {
-      this.conn = this.redis.duplicate();
-      this.conn.on('error', () => {}); // it reconnects and subscribes again itself
-      this.conn.on('message', (channel) => {
+      const conn = this.redis.duplicate();
+      this.conn = conn;
+      conn.on('error', () => {}); // it reconnects and subscribes again itself
+      conn.on('connect', () => {
+        if (conn.stream && typeof conn.stream.unref === 'function') conn.stream.unref();
+      });
+      conn.on('message', (channel) => {
         const entry = this.channels.get(channel);
         if (entry) for (const fn of entry.fns) fn();
       });
@@ -167,6 +213,7 @@ class Subscriber {
       this.channels.set(channel, entry);
       ready.catch(() => {
         if (this.channels.get(channel) === entry) this.channels.delete(channel);
+        this._idleCheck();
       });
     }
     entry.fns.add(fn);
@@ -180,15 +227,113 @@ class Subscriber {
       entry.fns.delete(fn);
       if (entry.fns.size === 0 && this.channels.get(channel) === entry) {
         this.channels.delete(channel);
-        this.conn.unsubscribe(channel).catch(() => {});
+        if (this.conn) this.conn.unsubscribe(channel).catch(() => {});
+        this._idleCheck();
       }
     };
   }
 
+  /** No channel left: close the connection after IDLE_MS unless one is
+   *  listened to again by then. */
+  _idleCheck() {
+    if (this.channels.size > 0 || !this.conn || this.idle) return;
+    this.idle = setTimeout(() => {
+      this.idle = null;
+      if (this.channels.size === 0) this.close();
+    }, IDLE_MS);
+    this.idle.unref();
+  }
+
   close() {
+    clearTimeout(this.idle);
+    this.idle = null;
     if (this.conn) this.conn.disconnect();
     this.conn = null;
     this.channels.clear();
+  }
+}
+
+// -- URLs: the forms rwlock.redis_url accepts ---------------------------------
+
+function hostPorts(list, defaultPort) {
+  return list.split(',').filter(Boolean).map((hp) => {
+    const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(hp);
+    if (!m) throw new TypeError(`bad host:port ${JSON.stringify(hp)} in a Redis URL`);
+    return { host: m[1].replace(/^\[|\]$/g, ''), port: m[2] ? Number(m[2]) : defaultPort };
+  });
+}
+
+function dbNumber(text, url) {
+  if (text === undefined || text === '') return 0;
+  if (!/^\d+$/.test(text)) throw new TypeError(`bad database number in ${JSON.stringify(redact(url))}`);
+  return Number(text);
+}
+
+function redact(url) {
+  return url.replace(/\/\/[^@/]*@/, '//***@');
+}
+
+/**
+ * What a rwlock.redis_url names, as ioredis options: { kind, options } with
+ * kind 'redis' (redis://, rediss://, unix://, redis+sentinel://,
+ * rediss+sentinel://: options for new Redis(options)) or 'cluster'
+ * (redis+cluster://, rediss+cluster://: { nodes, options } for new
+ * Cluster(nodes, options)). Several URLs separated by spaces (a quorum)
+ * are refused: this client has no quorum mode.
+ */
+function parseRedisUrl(url) {
+  if (typeof url !== 'string') throw new TypeError('the Redis URL must be a string');
+  const urls = url.trim().split(/\s+/).filter(Boolean);
+  if (urls.length !== 1) {
+    throw new RWLockError('several Redis URLs name a quorum (rwlock.redis_url\'s experimental ' +
+      'quorum mode), which this Node client does not implement: use the Python client\'s ' +
+      'QuorumClient, or SQL');
+  }
+  const u = urls[0];
+  const m = /^([a-z+]+):\/\/(?:([^@/]*)@)?([^/?]*)(\/[^?]*)?(?:\?(.*))?$/.exec(u);
+  if (!m) throw new TypeError(`not a Redis URL: ${JSON.stringify(redact(u))}`);
+  const [, scheme, userinfo, hosts, pathPart = '', query = ''] = m;
+  const auth = {};
+  if (userinfo !== undefined) {
+    const i = userinfo.indexOf(':');
+    const user = decodeURIComponent(i < 0 ? userinfo : userinfo.slice(0, i));
+    if (user) auth.username = user;
+    if (i >= 0) auth.password = decodeURIComponent(userinfo.slice(i + 1));
+  }
+  const params = new URLSearchParams(query);
+  const tls = scheme.startsWith('rediss') ? { tls: {} } : {};
+  const segs = pathPart.split('/').filter((x, k) => k > 0);
+  switch (scheme) {
+    case 'redis':
+    case 'rediss': {
+      const [hp] = hostPorts(hosts || '127.0.0.1', 6379);
+      const db = dbNumber(segs[0] !== undefined ? segs[0] : params.get('db') || '', u);
+      return { kind: 'redis', options: { ...hp, db, ...auth, ...tls } };
+    }
+    case 'unix': {
+      if (hosts) throw new TypeError('a unix:// URL names a path: unix:///path/to.sock');
+      return { kind: 'redis', options: { path: decodeURIComponent(pathPart), db: dbNumber(params.get('db') || '', u), ...auth } };
+    }
+    case 'redis+sentinel':
+    case 'rediss+sentinel': {
+      const [name, db] = segs;
+      if (!name) throw new TypeError('a redis+sentinel:// URL names the master: .../<master-name>[/db]');
+      return {
+        kind: 'redis',
+        options: {
+          sentinels: hostPorts(hosts, 26379), name: decodeURIComponent(name), db: dbNumber(db, u),
+          ...auth, ...tls, ...(tls.tls ? { sentinelTLS: {}, enableTLSForSentinelMode: true } : {}),
+        },
+      };
+    }
+    case 'redis+cluster':
+    case 'rediss+cluster': {
+      if (segs.some(Boolean)) throw new TypeError('a Redis Cluster has only database 0: redis+cluster://host:port,.../');
+      return { kind: 'cluster', nodes: hostPorts(hosts, 6379), options: { redisOptions: { ...auth, ...tls } } };
+    }
+    default:
+      throw new TypeError(`unsupported Redis URL scheme ${JSON.stringify(scheme)}: redis://, rediss://, ` +
+        'unix://, redis+sentinel://, rediss+sentinel://, redis+cluster://, rediss+cluster://');
   }
 }
 
@@ -225,6 +370,75 @@ class Locks {
     this.ownerPrefix = `node:${os.hostname().slice(0, 40)}:${process.pid}`;
     this.subscriber = new Subscriber(redis, options.subscribeTimeout || 2000);
     this.owed = new Map(); // name -> Map(owner -> [keep, leaseMs]): releases owed
+    this.holds = new Set(); // the Locks held (acquired, not released)
+  }
+
+  /** Release every hold of this Locks (lost ones too): for a process about
+   *  to exit, whose holds would otherwise last until their leases end.
+   *  Resolves to how many were released; rejects with the first error, once
+   *  every release was tried. */
+  async releaseAll() {
+    const results = await Promise.allSettled([...this.holds].map((lk) => lk.release()));
+    const failed = results.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    return results.length;
+  }
+
+  /**
+   * Locks on the Redis a rwlock.redis_url names (every form the extension
+   * accepts but a quorum's several URLs), on a client of its own that
+   * close() ends. redisOptions are added to ioredis's options (for a
+   * Cluster, to its redisOptions); the rest are Locks options.
+   */
+  static fromUrl(url, options = {}) {
+    const { redisOptions = {}, ...rest } = options;
+    const Redis = require('ioredis');
+    const p = parseRedisUrl(url);
+    const redis = p.kind === 'cluster'
+      ? new Redis.Cluster(p.nodes, { ...p.options, redisOptions: { ...p.options.redisOptions, ...redisOptions } })
+      : new Redis({ ...p.options, ...redisOptions });
+    const locks = new Locks(redis, rest);
+    locks._ownsRedis = true;
+    return locks;
+  }
+
+  /**
+   * Scoped use: acquire lock `name` ('r' or 'w'), run fn(signal, lock),
+   * release, and resolve to fn's result. `signal` is an AbortSignal that
+   * fires (reason: a LockLost) if the hold is lost meanwhile; then, once fn
+   * has settled, using() rejects with that LockLost (unless fn rejected:
+   * then with fn's error), or with options.onLostError: false only emits
+   * the lock's 'lost' event. options: lease, timeout (acquire's; LockTimeout),
+   * onLost, onLostError.
+   */
+  async using(name, mode, fn, options = {}) {
+    if (mode !== 'r' && mode !== 'w') throw new TypeError("mode must be 'r' or 'w'");
+    if (typeof fn !== 'function') throw new TypeError('using() needs a function to run under the lock');
+    const lk = new Lock(this, name, mode, options);
+    const ac = new AbortController();
+    lk.on('lost', () => ac.abort(new LockLost(name, lk.owner)));
+    await lk.acquire();
+    let result;
+    try {
+      result = await fn(ac.signal, lk);
+    } catch (e) {
+      await lk.release().catch(() => {}); // owed if it fails; fn's error is the one to see
+      throw e;
+    }
+    let held;
+    try {
+      held = await lk.release();
+    } catch (e) {
+      // Redis unreachable past the lease's end: the hold is lost (its
+      // release owed), which is what to say.
+      if (!ac.signal.aborted || options.onLostError === false) throw e;
+      ac.signal.reason.cause = e;
+      throw ac.signal.reason;
+    }
+    if ((!held || ac.signal.aborted) && options.onLostError !== false) {
+      throw ac.signal.aborted ? ac.signal.reason : new LockLost(name, lk.owner);
+    }
+    return result;
   }
 
   /** A fresh owner id: node:<hostname>:<pid>:<random>. */
@@ -255,9 +469,11 @@ class Locks {
     };
   }
 
-  /** Stop the subscriber connection (the Redis client given is left alone). */
-  close() {
+  /** Stop the subscriber connection; the Redis client given is left alone,
+   *  one fromUrl() made is closed too (QUIT). Holds are not released. */
+  async close() {
     this.subscriber.close();
+    if (this._ownsRedis) await this.redis.quit().catch(() => this.redis.disconnect());
   }
 
   // -- the protocol's calls --------------------------------------------------
@@ -379,6 +595,7 @@ class Lock extends EventEmitter {
     this._lost = false;
     this._validUntil = 0; // our clock: the lease's end as we know it
     this._timer = null;
+    this._expiry = null;
     this._renewing = null;
   }
 
@@ -396,7 +613,7 @@ class Lock extends EventEmitter {
   /** Wait for the lock (up to timeout ms); the fencing token. */
   async acquire(timeout = this.timeout) {
     if (!(await this._take(this.mode, timeout, false, false))) {
-      throw new LockTimeoutError(`timed out after ${timeout} ms waiting for the ` +
+      throw new LockTimeout(`timed out after ${timeout} ms waiting for the ` +
         `${this.mode === 'w' ? 'write' : 'read'} lock ${JSON.stringify(this.name)}`);
     }
     return this.token;
@@ -408,16 +625,16 @@ class Lock extends EventEmitter {
   }
 
   /** Holding the read lock, wait for the write lock too; false on timeout
-   *  (the read lock is kept). UpgradeConflictError if another reader waits
-   *  to upgrade; ReadLockLostError if Redis no longer has the read lock (the
+   *  (the read lock is kept). UpgradeConflict if another reader waits
+   *  to upgrade; ReadLockLost if Redis no longer has the read lock (the
    *  lock is then lost). */
   async upgrade(timeout) {
-    if (!this._held || this.mode !== 'r') throw new RWLockError('upgrade() needs a held read lock');
+    if (!this._held || this.mode !== 'r') throw new NotHeld('upgrade() needs a held read lock');
     return this._take('w', timeout, true, false);
   }
 
   async _take(mode, timeout, upgrade, isTry) {
-    if (this._held && !upgrade) throw new RWLockError(`lock ${JSON.stringify(this.name)} is already held`);
+    if (this._held && !upgrade) throw new AlreadyHeld(`lock ${JSON.stringify(this.name)} is already held`);
     const L = this.locks;
     const leaseMs = Math.max(1, Math.round(this.lease));
     const deadline = timeout == null ? null : now() + Math.max(0, timeout);
@@ -459,19 +676,19 @@ class Lock extends EventEmitter {
           done = true;
           await L._release(this.name, this.owner, undo, leaseMs).catch(() => {}); // owed if it fails
           if (isTry) return false;
-          throw new ReplicasNotAcknowledgedError(this.name, value, L.waitReplicas);
+          throw new ReplicasNotAcknowledged(this.name, value, L.waitReplicas);
         }
         if (status === CONFLICT) {
           done = true;
           if (withdraw) await L._release(this.name, this.owner, 'q');
-          throw new UpgradeConflictError(this.name, value);
+          throw new UpgradeConflict(this.name, value);
         }
         if (status === READ_LOST) {
           // Nothing changed in Redis; an intent of earlier tries goes.
           done = true;
           if (withdraw) await L._release(this.name, this.owner, 'q');
-          this._lost = true; // release() resolves false
-          throw new ReadLockLostError(this.name);
+          this._markLost(); // 'lost' emitted; release() resolves false
+          throw new ReadLockLost(this.name, this.owner);
         }
         const t = now();
         if (deadline !== null && t >= deadline) {
@@ -492,7 +709,7 @@ class Lock extends EventEmitter {
               done = true;
               await L._release(this.name, this.owner, 'q');
               await dropWait();
-              throw new DeadlockDetectedError(this.name, String(old).slice(head.length));
+              throw new DeadlockDetected(this.name, String(old).slice(head.length));
             }
           }
         }
@@ -541,7 +758,31 @@ class Lock extends EventEmitter {
     this._lost = false;
     this._validUntil = sent + this.lease;
     this._held = true;
+    this.locks.holds.add(this);
     this._schedule(this.lease / 3);
+    this._armExpiry();
+  }
+
+  /** A timer (unref'd) at the lease's end by our clock: a hold no renewal
+   *  extended by then is lost, and said so ('lost', the AbortSignal of
+   *  using()), even if the renewal is still waiting for Redis. */
+  _armExpiry() {
+    clearTimeout(this._expiry);
+    this._expiry = setTimeout(() => {
+      if (!this._held || this._lost) return;
+      if (now() > this._validUntil) this._markLost();
+      else this._armExpiry();
+    }, Math.max(1, this._validUntil - now() + 1));
+    this._expiry.unref();
+  }
+
+  /** The hold is lost: stop renewing, tell the listeners (once). */
+  _markLost() {
+    if (this._lost || !this._held) return;
+    this._lost = true;
+    clearTimeout(this._timer);
+    clearTimeout(this._expiry);
+    this.emit('lost', this);
   }
 
   // -- renewing --------------------------------------------------------------
@@ -558,43 +799,41 @@ class Lock extends EventEmitter {
 
   async _renewTick() {
     if (!this._held || this._lost) return;
-    let ok;
     try {
-      ok = await this._renewOnce();
+      if (await this._renewOnce()) this._schedule(this.lease / 3);
+      else this._markLost();
     } catch (e) {
-      if (e instanceof ProtocolVersionError) {
-        this._lost = true;
-        ok = false;
+      if (!this._held) return;
+      // Keep trying, sooner, until the lease has run out by our clock:
+      // then the hold is lost (others may have it), and said so.
+      if (!(e instanceof ProtocolVersionError) && now() <= this._validUntil) {
+        this._schedule(Math.min(this.lease / 3, 1000));
       } else {
-        // Keep trying, sooner; `lost` turns true by itself once the lease
-        // has run out by our clock.
-        if (this._held) this._schedule(Math.min(this.lease / 3, 1000));
-        return;
+        this._markLost();
       }
-    }
-    if (!this._held) return;
-    if (ok) {
-      this._schedule(this.lease / 3);
-    } else {
-      this.emit('lost', this);
     }
   }
 
+  /** renew.lua once: true if still held (the lease extended). */
   async _renewOnce() {
     const sent = now();
     if (await this.locks._renew(this.name, this.owner, Math.max(1, Math.round(this.lease))) === 1) {
-      this._validUntil = sent + this.lease;
+      if (!this._lost) {
+        this._validUntil = sent + this.lease;
+        this._armExpiry();
+      }
       return true;
     }
-    this._lost = true;
     return false;
   }
 
   /** Renew the lease now; true if still held (done every third of the lease by itself). */
   async renew() {
-    if (!this._held) throw new RWLockError(`lock ${JSON.stringify(this.name)} is not held`);
+    if (!this._held) throw new NotHeld(`lock ${JSON.stringify(this.name)} is not held`);
     if (this._lost) return false;
-    return this._renewOnce();
+    if (await this._renewOnce()) return true;
+    this._markLost();
+    return false;
   }
 
   // -- releasing -------------------------------------------------------------
@@ -609,13 +848,14 @@ class Lock extends EventEmitter {
 
   /** Holding the write lock, keep only a read lock (no writer in between). */
   async downgrade() {
-    if (!this._held || this.mode !== 'w') throw new RWLockError('downgrade() needs a held write lock');
+    if (!this._held || this.mode !== 'w') throw new NotHeld('downgrade() needs a held write lock');
     return this._drop('r');
   }
 
   async _drop(keep) {
-    if (!this._held) throw new RWLockError(`lock ${JSON.stringify(this.name)} is not held`);
+    if (!this._held) throw new NotHeld(`lock ${JSON.stringify(this.name)} is not held`);
     clearTimeout(this._timer);
+    clearTimeout(this._expiry);
     if (this._renewing) await this._renewing.catch(() => {});
     const lost = this._lost;
     const sent = now();
@@ -624,14 +864,17 @@ class Lock extends EventEmitter {
       held = await this.locks._release(this.name, this.owner, keep, Math.max(1, Math.round(this.lease)));
     } catch (e) {
       this._held = false; // owed now; the lease is the backstop
+      this.locks.holds.delete(this);
       throw e;
     }
     if (keep && held === 1) {
       this.mode = 'r';
       this._validUntil = sent + this.lease;
       this._schedule(this.lease / 3);
+      this._armExpiry();
     } else {
       this._held = false;
+      this.locks.holds.delete(this);
     }
     return held === 1 && !lost;
   }
@@ -639,7 +882,9 @@ class Lock extends EventEmitter {
 
 module.exports = {
   PROTOCOL_VERSION, INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, SCRIPTS,
-  Locks, Lock, RWLockError, ProtocolVersionError, LockTimeoutError,
-  UpgradeConflictError, ReplicasNotAcknowledgedError, ReadLockLostError,
-  DeadlockDetectedError, encodeName, lockKeys, loadScripts, defaultLuaDir,
+  Locks, Lock, RWLockError, ProtocolVersionError, LockTimeout, Deadlock,
+  DeadlockDetected, DeadlockDetectedError,
+  UpgradeConflict, LockLost, ReadLockLost, NotHeld, AlreadyHeld, ReplicasNotAcknowledged,
+  LockTimeoutError, UpgradeConflictError, ReplicasNotAcknowledgedError, ReadLockLostError,
+  encodeName, lockKeys, loadScripts, defaultLuaDir, parseRedisUrl,
 };

@@ -46,9 +46,9 @@ function emit(msg, start) {
 
 function errorKind(e) {
   if (e instanceof rw.ProtocolVersionError) return 'version';
-  if (e instanceof rw.LockTimeoutError) return 'timeout';
-  if (e instanceof rw.UpgradeConflictError) return 'conflict';
-  if (e instanceof rw.DeadlockDetectedError) return 'deadlock';
+  if (e instanceof rw.LockTimeout) return 'timeout';
+  if (e instanceof rw.UpgradeConflict) return 'conflict';
+  if (e instanceof rw.DeadlockDetected) return 'deadlock';
   if (e && /connect|closed|timed out|ECONN|EPIPE|MaxRetries|Connection/i.test(`${e.name} ${e.message}`)) return 'connection';
   return 'other';
 }

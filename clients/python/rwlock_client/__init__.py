@@ -17,7 +17,8 @@ The protocol's Lua scripts ship inside the package (copied from the
 repository's lua/ when it was built); run from a checkout, the repository's
 lua/ is used. Override with lua_dir= or $RWLOCK_LUA_DIR.
 
-Quorum mode (experimental, synchronous): rwlock_client.QuorumClient holds
+Quorum mode (experimental): rwlock_client.QuorumClient (AsyncQuorumClient
+for asyncio, its calls in threads) holds
 locks on a majority of independent masters, as SQL sessions whose
 rwlock.redis_url lists several URLs (rwlock_client.quorum).
 
@@ -29,11 +30,12 @@ just ahead of the next acquisition of that name.
 from typing import TYPE_CHECKING
 
 from ._protocol import (INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, PROTOCOL_VERSION, SCRIPTS,
-                        DeadlockDetected, LockTimeout, ProtocolVersionError, ReadLockLost, ReplicasNotAcknowledged,
+                        AlreadyHeld, Deadlock, DeadlockDetected, LockLost, LockTimeout, NotHeld,
+                        ProtocolVersionError, ReadLockLost, ReplicasNotAcknowledged,
                         RWLockError, UpgradeConflict, default_lua_dir, encode_name,
                         load_scripts, lock_keys)
 from ._sync import Client, Lock, sentinel_redis
-from .quorum import QuorumClient
+from .quorum import AsyncQuorumClient, QuorumClient
 
 if TYPE_CHECKING:
     from .aio import AsyncClient, AsyncLock
@@ -50,8 +52,9 @@ def __getattr__(name):
 __all__ = [
     "PROTOCOL_VERSION", "INTENT_MS", "KEEP_TOKEN_MS", "NAME_MAX", "SCRIPTS",
     "Client", "Lock", "AsyncClient", "AsyncLock", "RWLockError",
-    "ProtocolVersionError", "LockTimeout", "DeadlockDetected", "UpgradeConflict",
-    "ReplicasNotAcknowledged", "ReadLockLost", "lock_keys", "encode_name", "sentinel_redis",
-    "load_scripts", "default_lua_dir", "QuorumClient",
+    "ProtocolVersionError", "LockTimeout", "UpgradeConflict", "Deadlock", "DeadlockDetected",
+    "LockLost", "ReadLockLost", "NotHeld", "AlreadyHeld", "ReplicasNotAcknowledged",
+    "lock_keys", "encode_name", "sentinel_redis",
+    "load_scripts", "default_lua_dir", "QuorumClient", "AsyncQuorumClient",
 ]
 __version__ = "1.1.0"

@@ -40,7 +40,12 @@ class LockTimeout(RWLockError, TimeoutError):
     """A blocking acquire ran out of time."""
 
 
-class UpgradeConflict(RWLockError):
+class Deadlock(RWLockError):
+    """Waiting could never end: the waiters wait for each other
+    (UpgradeConflict, DeadlockDetected)."""
+
+
+class UpgradeConflict(Deadlock):
     """Two read holders both wait to upgrade to the write lock: this one gives up."""
 
     def __init__(self, name: str, other: str) -> None:
@@ -50,7 +55,7 @@ class UpgradeConflict(RWLockError):
         self.other = other
 
 
-class DeadlockDetected(RWLockError):
+class DeadlockDetected(Deadlock):
     """This holder's wait closed a cycle of waits (sessions of any server,
     clients) and was chosen to give up (docs/protocol.md 18). Its intent or
     mark is withdrawn; release what it holds and retry. `cycle`: one line
@@ -62,14 +67,35 @@ class DeadlockDetected(RWLockError):
         self.name, self.cycle = name, cycle
 
 
-class ReadLockLost(RWLockError):
+class LockLost(RWLockError):
+    """The hold was lost while it was meant to be held (its lease ran out,
+    Redis lost it): others may have held the lock meanwhile. Raised at the
+    end of a ``with`` / ``async with`` block that lost its lock."""
+
+    def __init__(self, name: str, owner: str) -> None:
+        super().__init__("lock %r (owner %s) was lost while held: others may "
+                         "have held it meanwhile" % (name, owner))
+        self.name, self.owner = name, owner
+
+
+class ReadLockLost(LockLost):
     """An upgrade found that Redis no longer has this holder's read lock (its
     lease ran out, or Redis lost its data): the lock is lost, not upgraded."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__("lock %r was lost: Redis no longer had its read lock when "
-                         "it was to be upgraded; acquire the lock anew" % (name,))
-        self.name = name
+    def __init__(self, name: str, owner: Optional[str] = None) -> None:
+        RWLockError.__init__(self, "lock %r was lost: Redis no longer had its read lock "
+                             "when it was to be upgraded; acquire the lock anew" % (name,))
+        self.name, self.owner = name, owner
+
+
+class NotHeld(RWLockError, RuntimeError):
+    """Misuse: release(), renew(), downgrade() or upgrade() of a hold not
+    held (e.g. a second release). A RuntimeError too, as in version 1.1."""
+
+
+class AlreadyHeld(RWLockError, RuntimeError):
+    """Misuse: acquire() of a Lock already held (one Lock is one holder). A
+    RuntimeError too, as in version 1.1."""
 
 
 class ReplicasNotAcknowledged(RWLockError, ConnectionError):
@@ -273,6 +299,43 @@ def parse_sentinel_url(url: str, kwargs: dict):
         conn.setdefault("ssl", True)
         sentinel_kwargs.setdefault("ssl", True)
     return sentinels, sentinel_kwargs, conn, unquote(name)
+
+
+def _host_ports(hosts: str, default_port: int) -> List[Tuple[str, int]]:
+    out = []
+    for item in hosts.split(","):
+        if item.startswith("["):
+            h = item[1:item.index("]")]
+            rest = item[item.index("]") + 1:]
+            port = rest[1:] if rest.startswith(":") else ""
+        else:
+            h, _, port = item.partition(":")
+        out.append((h, int(port) if port else default_port))
+    return out
+
+
+def parse_cluster_url(url: str, kwargs: dict):
+    """(startup nodes as (host, port), connection kwargs) of a
+    redis+cluster:// (or rediss+cluster://) URL:
+    [user[:password]@]h1:p1[,h2:p2...]/ (database 0 only)."""
+    m = re.match(r"^(rediss?)\+cluster://(?:([^@/]*)@)?([^/]+)/?$", url)
+    if not m:
+        raise ValueError("not a redis+cluster://[user[:password]@]host1:port1"
+                         "[,host2:port2...]/ URL (a Redis Cluster has only database 0)")
+    scheme, userinfo, hosts = m.groups()
+    conn = dict(kwargs)
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        if user:
+            conn.setdefault("username", unquote(user))
+        conn.setdefault("password", unquote(password))
+    if scheme == "rediss":
+        conn.setdefault("ssl", True)
+    return _host_ports(hosts, 6379), conn
+
+
+def is_cluster_url(url: str) -> bool:
+    return "+cluster://" in url.split("/", 3)[0] + "//"
 
 
 def is_sentinel_url(url: str) -> bool:

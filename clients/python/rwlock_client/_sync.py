@@ -13,8 +13,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import redis
 
 from . import _protocol as p
-from ._protocol import (PROTOCOL_VERSION, Acquire, LockTimeout,
-                        ProtocolVersionError, Release, Sleep, Subscribe)
+from ._protocol import (PROTOCOL_VERSION, Acquire, AlreadyHeld, LockLost, LockTimeout,
+                        NotHeld, ProtocolVersionError, Release, Sleep, Subscribe)
 
 log = logging.getLogger("rwlock_client")
 
@@ -100,29 +100,65 @@ class BaseClient:
         # the scripts on all primaries before the first call instead.
         self._preload = not self._pipelines
         self._owed = p.OwedReleases()
+        self._holds: "weakref.WeakSet[Any]" = weakref.WeakSet()   # locks held
         self._unacked_logged = 0.0
 
     @classmethod
     def from_url(cls, url: str, redis_kwargs: Optional[dict] = None, **kwargs: Any):
-        """redis://, rediss://, unix:// (redis-py's from_url) or
-        redis+sentinel:// / rediss+sentinel:// (sentinel_redis)."""
+        """A client on what a rwlock.redis_url names, every form the
+        extension accepts: redis://, rediss://, unix:// (redis-py's
+        from_url), redis+sentinel:// / rediss+sentinel:// (sentinel_redis),
+        redis+cluster:// / rediss+cluster:// (redis-py's RedisCluster), or
+        several URLs separated by spaces, a quorum: then a QuorumClient
+        (AsyncQuorumClient from AsyncClient), whose options (max_lease,
+        drift) kwargs may carry. redis_kwargs go to redis-py's clients."""
+        rk = redis_kwargs or {}
+        if len(url.split()) > 1:
+            return cls._quorum_class().from_urls(url, redis_kwargs, **kwargs)
         if p.is_sentinel_url(url):
-            return cls(cls._sentinel_redis(url, **(redis_kwargs or {})), **kwargs)
-        return cls(cls._redis_class.from_url(url, **(redis_kwargs or {})), **kwargs)
+            return cls(cls._sentinel_redis(url, **rk), **kwargs)
+        if p.is_cluster_url(url):
+            return cls(cls._cluster_redis(url, **rk), **kwargs)
+        return cls(cls._redis_class.from_url(url, **rk), **kwargs)
+
+    @classmethod
+    def _quorum_class(cls) -> Any:
+        from .quorum import QuorumClient
+        return QuorumClient
+
+    @staticmethod
+    def _cluster_redis(url: str, **kwargs: Any) -> Any:
+        from redis.cluster import ClusterNode, RedisCluster
+        nodes, conn = p.parse_cluster_url(url, kwargs)
+        return RedisCluster(startup_nodes=[ClusterNode(h, port) for h, port in nodes], **conn)
+
+    def held_locks(self) -> List[Any]:
+        """The locks of this client held now (acquired, not released)."""
+        return [lk for lk in list(self._holds) if lk.held]
 
     def new_owner(self) -> str:
         """A fresh owner id: py:<hostname>:<pid>:<random>."""
         return p.new_owner(self.owner_prefix)
 
     def write_lock(self, name: str, lease: Optional[float] = None,
-                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
-        """A lock object for the write lock of `name` (not yet acquired)."""
-        return self._lock_class(self, name, "w", lease, timeout, on_lost)
+                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                   raise_on_lost: bool = True):
+        """A lock object for the write lock of `name` (not yet acquired). As a
+        context manager, a hold lost inside the block raises LockLost at its
+        end (raise_on_lost=False: a warning is logged instead)."""
+        lk = self._lock_class(self, name, "w", lease, timeout, on_lost)
+        lk.raise_on_lost = raise_on_lost
+        return lk
 
     def read_lock(self, name: str, lease: Optional[float] = None,
-                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
-        """A lock object for the read lock of `name` (not yet acquired)."""
-        return self._lock_class(self, name, "r", lease, timeout, on_lost)
+                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                  raise_on_lost: bool = True):
+        """A lock object for the read lock of `name` (not yet acquired). As a
+        context manager, a hold lost inside the block raises LockLost at its
+        end (raise_on_lost=False: a warning is logged instead)."""
+        lk = self._lock_class(self, name, "r", lease, timeout, on_lost)
+        lk.raise_on_lost = raise_on_lost
+        return lk
 
     def _keys(self, name: str) -> List[str]:
         return list(p.lock_keys(self.prefix, name)[:2])
@@ -232,6 +268,21 @@ class Client(BaseClient):
         if holds is None:
             holds = self._thread_holds.locks = weakref.WeakSet()
         return holds
+
+    def release_all(self) -> int:
+        """Release every hold of this client (lost ones too), e.g. at exit:
+        a hold outlives its process until its lease ends otherwise. Returns
+        how many were released; raises the first error once all were tried."""
+        first = None
+        locks = self.held_locks()
+        for lk in locks:
+            try:
+                lk.release()
+            except Exception as e:      # noqa: BLE001 - tried all, first raised
+                first = first or e
+        if first is not None:
+            raise first
+        return len(locks)
 
     def info(self, name: str) -> Dict[str, Any]:
         """The state of lock `name` as Redis has it now."""
@@ -364,6 +415,7 @@ class LockState:
         self._held = False
         self._lost = False
         self._valid_until = 0.0             # monotonic; lease end as we know it
+        self.raise_on_lost = True           # the context manager: LockLost at exit
 
     def __repr__(self) -> str:
         return "<rwlock %s %r owner=%s held=%s lost=%s token=%s>" % (
@@ -392,17 +444,17 @@ class LockState:
     def _take_setup(self, mode: str, timeout: Optional[float], upgrade: bool):
         """(client, lease ms, mark ms, channel) of an acquisition, checked."""
         if upgrade and (not self._held or self.mode != "r"):
-            raise RuntimeError("upgrade() needs a held read lock")
+            raise NotHeld("upgrade() needs a held read lock")
         if self._held and not upgrade:
-            raise RuntimeError("%r is already held" % self)
+            raise AlreadyHeld("%r is already held" % self)
         intent_ms = p.INTENT_MS if timeout is None or timeout > 0 else 0
         return self.client, p.ms(self.lease), intent_ms, self._channel_for(mode)
 
     def _check_drop(self, keep: str) -> None:
         if not self._held:
-            raise RuntimeError("%r is not held" % self)
+            raise NotHeld("%r is not held" % self)
         if keep == "r" and self.mode != "w":
-            raise RuntimeError("downgrade() needs a held write lock")
+            raise NotHeld("downgrade() needs a held write lock")
 
     def _set_granted(self, mode: str, token: int, sent: float) -> None:
         self.mode = mode
@@ -410,6 +462,7 @@ class LockState:
         self._lost = False
         self._valid_until = sent + self.lease
         self._held = True
+        self.client._holds.add(self)
 
     def _set_released(self, keep: str, held: int, sent: float) -> None:
         if keep and held == 1:
@@ -417,6 +470,16 @@ class LockState:
             self._valid_until = sent + self.lease
         else:
             self._held = False
+            self.client._holds.discard(self)
+
+
+def lost_at_exit(lock: "LockState", exc_type: Any) -> None:
+    """The end of a with block whose hold was lost: LockLost, unless the
+    block raised (its error is the one to see) or raise_on_lost is False."""
+    if exc_type is None and lock.raise_on_lost:
+        raise LockLost(lock.name, lock.owner)
+    log.warning("rwlock: lock %r (owner %s) was lost before it was released",
+                lock.name, lock.owner)
 
 
 class Lock(LockState):
@@ -456,7 +519,8 @@ class Lock(LockState):
         (the lock is then lost: `lost` is True, release() returns False)."""
         try:
             return self._take("w", timeout, upgrade=True)
-        except p.ReadLockLost:
+        except p.ReadLockLost as e:
+            e.owner = self.owner
             self._lost = True
             raise
 
@@ -532,7 +596,7 @@ class Lock(LockState):
         does this every third of the lease)."""
         with self._mutex:
             if not self._held:
-                raise RuntimeError("%r is not held" % self)
+                raise NotHeld("%r is not held" % self)
             return self._renew_locked()
 
     def _renew_locked(self) -> bool:
@@ -597,6 +661,7 @@ class Lock(LockState):
             except BaseException:
                 # Owed now; the lease is the backstop: stop renewing, forget it.
                 self._held = False
+                self.client._holds.discard(self)
                 self._renew_seq = 0
                 raise
             self._set_released(keep, held, sent)
@@ -610,9 +675,30 @@ class Lock(LockState):
         self.acquire(self.timeout)
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
-        if self._held and not self.release():
-            log.warning("rwlock: lock %r was lost before it was released", self.name)
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if self._held:
+            presumed_lost = self.lost       # the lease ran out by our clock
+            try:
+                held = self.release()
+            except redis.exceptions.RedisError as e:
+                if exc_type is None and presumed_lost and self.raise_on_lost:
+                    # Redis unreachable past the lease's end: the hold is
+                    # lost (and its release owed), which is what to say.
+                    raise LockLost(self.name, self.owner) from e
+                if exc_type is None:
+                    raise
+                log.warning("rwlock: releasing %r failed after an error in its block",
+                            self.name, exc_info=True)
+                return False
+            except BaseException:
+                if exc_type is None:
+                    raise
+                # The block's own error is the one to see; the release is owed.
+                log.warning("rwlock: releasing %r failed after an error in its block",
+                            self.name, exc_info=True)
+                return False
+            if not held:
+                lost_at_exit(self, exc_type)
         return False
 
 

@@ -22,8 +22,8 @@ import redis
 import redis.asyncio as aredis
 
 from . import _protocol as p
-from ._protocol import Acquire, ProtocolVersionError, Release, Sleep, Subscribe
-from ._sync import BaseClient, LockState, Run
+from ._protocol import Acquire, LockLost, NotHeld, ProtocolVersionError, Release, Sleep, Subscribe
+from ._sync import BaseClient, LockState, Run, lost_at_exit
 
 log = logging.getLogger("rwlock_client")
 
@@ -47,6 +47,28 @@ class AsyncClient(BaseClient):
 
     _redis_class = aredis.Redis
     _sentinel_redis = staticmethod(sentinel_redis)
+
+    @classmethod
+    def _quorum_class(cls) -> Any:
+        from .quorum import AsyncQuorumClient
+        return AsyncQuorumClient
+
+    @staticmethod
+    def _cluster_redis(url: str, **kwargs: Any) -> Any:
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+        nodes, conn = p.parse_cluster_url(url, kwargs)
+        return RedisCluster(startup_nodes=[ClusterNode(h, port) for h, port in nodes], **conn)
+
+    async def release_all(self) -> int:
+        """Release every hold of this client (lost ones too), e.g. at exit:
+        a hold outlives its process until its lease ends otherwise. Returns
+        how many were released; raises the first error once all were tried."""
+        locks = self.held_locks()
+        results = await asyncio.gather(*(lk.release() for lk in locks), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return len(locks)
 
     async def info(self, name: str) -> Dict[str, Any]:
         return await adrive(self._info_g(name), self._io)
@@ -172,7 +194,8 @@ class AsyncLock(LockState):
     async def upgrade(self, timeout: Optional[float] = None) -> bool:
         try:
             return await self._take("w", timeout, upgrade=True)
-        except p.ReadLockLost:
+        except p.ReadLockLost as e:
+            e.owner = self.owner
             self._lost = True       # as Lock.upgrade
             raise
 
@@ -225,7 +248,7 @@ class AsyncLock(LockState):
     async def renew(self) -> bool:
         async with self._mutex:
             if not self._held:
-                raise RuntimeError("%r is not held" % self)
+                raise NotHeld("%r is not held" % self)
             return await self._renew_locked()
 
     async def _renew_locked(self) -> bool:
@@ -301,6 +324,7 @@ class AsyncLock(LockState):
             except BaseException:
                 # Owed now; the lease is the backstop: stop renewing, forget it.
                 self._held = False
+                self.client._holds.discard(self)
                 raise
             self._set_released(keep, held, sent)
             if self._held:
@@ -311,9 +335,30 @@ class AsyncLock(LockState):
         await self.acquire(self.timeout)
         return self
 
-    async def __aexit__(self, *exc: Any) -> bool:
-        if self._held and not await self.release():
-            log.warning("rwlock: lock %r was lost before it was released", self.name)
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if self._held:
+            presumed_lost = self.lost       # the lease ran out by our clock
+            try:
+                held = await self.release()
+            except redis.exceptions.RedisError as e:
+                if exc_type is None and presumed_lost and self.raise_on_lost:
+                    # Redis unreachable past the lease's end: the hold is
+                    # lost (and its release owed), which is what to say.
+                    raise LockLost(self.name, self.owner) from e
+                if exc_type is None:
+                    raise
+                log.warning("rwlock: releasing %r failed after an error in its block",
+                            self.name, exc_info=True)
+                return False
+            except BaseException:
+                if exc_type is None:
+                    raise
+                # The block's own error is the one to see; the release is owed.
+                log.warning("rwlock: releasing %r failed after an error in its block",
+                            self.name, exc_info=True)
+                return False
+            if not held:
+                lost_at_exit(self, exc_type)
         return False
 
 

@@ -1,4 +1,4 @@
-"""Quorum mode (experimental; the repository's README says what it promises
+"""Quorum mode (experimental; the repository's docs/topologies.md says what it promises
 and under which timing assumptions): a lock held on a majority of an odd
 number of independent masters, sharing locks with SQL sessions whose
 rwlock.redis_url lists the same masters (docs/protocol.md 13.3).
@@ -8,12 +8,15 @@ rwlock.redis_url lists the same masters (docs/protocol.md 13.3).
     locks = QuorumClient.from_urls("redis://a:6379/0 redis://b:6379/0 redis://c:6379/0",
                                    max_lease=60.0)      # = rwlock.quorum_max_lease
 
-Synchronous only. The Lock objects are the package's Lock: the waiting
+AsyncQuorumClient is the same for asyncio (each call in a thread). The
+Lock objects are the package's Lock: the waiting
 algorithm, renewal thread and owed releases are those of Client; the
 quorum's members are each a Client of one master.
 """
 from __future__ import annotations
 
+import asyncio
+import functools
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +28,7 @@ from . import _protocol as p
 from ._protocol import BUSY, CONFLICT, GRANTED, PROTOCOL_VERSION, READ_LOST
 from ._sync import Client, Run
 
-__all__ = ["QuorumClient", "SPLIT_PAUSE_MS"]
+__all__ = ["QuorumClient", "AsyncQuorumClient", "SPLIT_PAUSE_MS"]
 
 SPLIT_PAUSE_MS = (10, 100)  # the random pause after a split vote
 
@@ -115,16 +118,18 @@ class QuorumClient(Client):
                    **kwargs)
 
     def write_lock(self, name: str, lease: Optional[float] = None,
-                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                   raise_on_lost: bool = True):
         """A Lock for the write lock of `name`; its lease capped at max_lease."""
         return super().write_lock(name, min(lease or self.lease, self.max_lease),
-                                  timeout, on_lost)
+                                  timeout, on_lost, raise_on_lost)
 
     def read_lock(self, name: str, lease: Optional[float] = None,
-                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None):
+                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                  raise_on_lost: bool = True):
         """A Lock for the read lock of `name`; its lease capped at max_lease."""
         return super().read_lock(name, min(lease or self.lease, self.max_lease),
-                                 timeout, on_lost)
+                                 timeout, on_lost, raise_on_lost)
 
     def info(self, name: str) -> Dict[str, Any]:
         """The lock as a majority of the masters has it (docs/protocol.md
@@ -295,3 +300,138 @@ class QuorumClient(Client):
     def _subscribe(self, channel: str) -> Optional[_QuorumPubSub]:
         subs = [ps for ps in (m._subscribe(channel) for m in self.members) if ps]
         return _QuorumPubSub(subs) if subs else None
+
+
+# -- asyncio -------------------------------------------------------------------------
+
+class AsyncQuorumLock:
+    """An AsyncLock-like face, for asyncio, of a QuorumClient's Lock: each
+    call runs the synchronous quorum lock in a thread of the client's pool
+    (the quorum asks its masters from threads anyway); renewal is the
+    synchronous client's renewal thread. Same properties as Lock."""
+
+    def __init__(self, client: "AsyncQuorumClient", lock: Any) -> None:
+        self.client = client
+        self.sync = lock
+
+    def __getattr__(self, attr: str) -> Any:
+        # name, mode, owner, token, held, lost, lease, timeout, raise_on_lost
+        return getattr(self.sync, attr)
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        if attr in ("client", "sync"):
+            object.__setattr__(self, attr, value)
+        else:
+            setattr(self.sync, attr, value)
+
+    def __repr__(self) -> str:
+        return repr(self.sync)
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, takes: bool = False) -> Any:
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self.client._threads, functools.partial(fn, *args))
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if takes:
+                # The thread goes on: what it takes is let go of once it has it.
+                def let_go(f: "asyncio.Future[Any]") -> None:
+                    if not f.cancelled() and f.exception() is None and self.sync.held:
+                        self.client._threads.submit(self._release_quietly)
+                fut.add_done_callback(let_go)
+            raise
+
+    def _release_quietly(self) -> None:
+        try:
+            self.sync.release()
+        except Exception:       # noqa: BLE001 - owed; its lease frees it meanwhile
+            pass
+
+    async def acquire(self, timeout: Optional[float] = None) -> int:
+        """As AsyncLock.acquire(); a cancelled wait lets go of the lock as
+        soon as the thread still waiting for it gets it."""
+        return await self._call(self.sync.acquire, timeout, takes=True)
+
+    async def try_acquire(self, wait: float = 0.0) -> bool:
+        return await self._call(self.sync.try_acquire, wait, takes=True)
+
+    async def upgrade(self, timeout: Optional[float] = None) -> bool:
+        return await self._call(self.sync.upgrade, timeout)
+
+    async def downgrade(self) -> bool:
+        return await self._call(self.sync.downgrade)
+
+    async def renew(self) -> bool:
+        return await self._call(self.sync.renew)
+
+    async def release(self) -> bool:
+        return await self._call(self.sync.release)
+
+    async def __aenter__(self) -> "AsyncQuorumLock":
+        await self.acquire(self.sync.timeout)
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        return await self._call(self.sync.__exit__, exc_type, exc, tb)
+
+
+class AsyncQuorumClient:
+    """Quorum mode for asyncio (experimental): a QuorumClient (arguments as
+    QuorumClient's, or from_urls / from_url) whose locks are awaited. Each
+    call runs in a thread of a pool of max_threads (default 32): a waiting
+    acquisition holds one of them while it waits. on_lost may be a
+    coroutine function: it is run on the loop that made the lock."""
+
+    def __init__(self, redis_clients: Iterable[Any], max_threads: int = 32,
+                 **kwargs: Any) -> None:
+        self.sync = QuorumClient(redis_clients, **kwargs)
+        self._threads = ThreadPoolExecutor(max_workers=max_threads,
+                                           thread_name_prefix="rwlock-aquorum")
+
+    @classmethod
+    def from_urls(cls, urls: Any, redis_kwargs: Optional[dict] = None,
+                  max_threads: int = 32, **kwargs: Any) -> "AsyncQuorumClient":
+        """As QuorumClient.from_urls."""
+        if isinstance(urls, str):
+            urls = urls.split()
+        return cls([redis.Redis.from_url(u, **(redis_kwargs or {})) for u in urls],
+                   max_threads=max_threads, **kwargs)
+
+    from_url = from_urls
+
+    def __getattr__(self, attr: str) -> Any:
+        # prefix, lease, max_lease, drift, members, majority
+        return getattr(self.sync, attr)
+
+    def _lock(self, mode: str, name: str, lease: Optional[float], timeout: Optional[float],
+              on_lost: Optional[Callable], raise_on_lost: bool) -> AsyncQuorumLock:
+        box: List[AsyncQuorumLock] = []
+        cb = None
+        if on_lost is not None:
+            loop = asyncio.get_running_loop()
+
+            def cb(_lock: Any) -> None:
+                r = on_lost(box[0])
+                if asyncio.iscoroutine(r):
+                    loop.call_soon_threadsafe(asyncio.ensure_future, r)
+        make = self.sync.write_lock if mode == "w" else self.sync.read_lock
+        box.append(AsyncQuorumLock(self, make(name, lease, timeout, cb, raise_on_lost)))
+        return box[0]
+
+    def write_lock(self, name: str, lease: Optional[float] = None,
+                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                   raise_on_lost: bool = True) -> AsyncQuorumLock:
+        return self._lock("w", name, lease, timeout, on_lost, raise_on_lost)
+
+    def read_lock(self, name: str, lease: Optional[float] = None,
+                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                  raise_on_lost: bool = True) -> AsyncQuorumLock:
+        return self._lock("r", name, lease, timeout, on_lost, raise_on_lost)
+
+    async def info(self, name: str) -> Dict[str, Any]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, self.sync.info, name)
+
+    async def release_all(self) -> int:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, self.sync.release_all)

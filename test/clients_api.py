@@ -1,0 +1,378 @@
+#!/usr/bin/python3
+"""clients_api.py: what both clients offer a service beyond the protocol,
+against real servers on 127.0.0.1 (no PostgreSQL needed):
+
+- scoped use that reports a lost lock: Python's `with` / `async with`
+  raising LockLost at its end (a warning with raise_on_lost=False; the
+  block's own error wins), Node's using() with its AbortSignal (also when
+  the renewals hang: Redis paused past the lease);
+- one error hierarchy, the same names in both (compared), misuse typed
+  (AlreadyHeld, NotHeld, still RuntimeErrors in Python), release_all;
+- from_url / Locks.fromUrl on every form of rwlock.redis_url, each with a
+  hand-off that waits: redis://, unix://, redis+cluster:// (three masters),
+  redis+sentinel:// (a sentinel in front of a master), and three URLs (a
+  quorum: Python's QuorumClient and AsyncQuorumClient; refused by Node);
+- a Node process on a Cluster (whose subscriber socket is not ours to
+  unref) that waited ends by itself once the subscriber's idle second is
+  over.
+
+Needs `npm ci` in clients/node. Starts its servers on free ports from 6440
+on; prints "clients_api: N passed, N failed".
+
+    python3 test/clients_api.py
+"""
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import redis
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+sys.path.insert(0, HERE)
+import rwlock_client as rw  # noqa: E402
+from rwlock_client.aio import AsyncClient  # noqa: E402
+from rwtest import RedisCluster, RedisServer, free_port  # noqa: E402
+
+
+class Results:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def check(self, what, ok, detail=""):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+        print("%s python: %s%s" % ("ok" if ok else "FAIL", what,
+                                   "" if ok or not detail else ": %s" % detail), flush=True)
+
+
+def lose(r, name):
+    """Redis forgets the lock (as after a restart without persistence)."""
+    r.delete(rw.lock_keys("rwlock", name)[0])
+
+
+class Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def scoped(res, r):
+    locks = rw.Client(r)
+    with locks.write_lock("api:py") as lk:
+        res.check("with: held inside", lk.held)
+    res.check("with: released at the end", locks.info("api:py")["state"] == "free")
+    try:
+        with locks.write_lock("api:py-lost"):
+            lose(r, "api:py-lost")
+        res.check("with: a lost lock raises LockLost at its end", False, "no error")
+    except rw.LockLost as e:
+        res.check("with: a lost lock raises LockLost at its end (%s)" % e, isinstance(e, rw.RWLockError))
+    w = Warnings()
+    logging.getLogger("rwlock_client").addHandler(w)
+    try:
+        with locks.write_lock("api:py-lost2", raise_on_lost=False):
+            lose(r, "api:py-lost2")
+        res.check("with raise_on_lost=False: no error, a warning",
+                  any("lost" in m for m in w.messages), w.messages)
+    except rw.LockLost as e:
+        res.check("with raise_on_lost=False: no error, a warning", False, e)
+    finally:
+        logging.getLogger("rwlock_client").removeHandler(w)
+    try:
+        with locks.write_lock("api:py-lost3"):
+            lose(r, "api:py-lost3")
+            raise KeyError("mine")
+    except KeyError:
+        res.check("with: the block's own error wins over LockLost", True)
+    except rw.LockLost:
+        res.check("with: the block's own error wins over LockLost", False, "LockLost")
+
+    async def aio():
+        ar = __import__("redis.asyncio", fromlist=["Redis"]).Redis(port=r.connection_pool.connection_kwargs["port"])
+        alocks = AsyncClient(ar)
+        try:
+            async with alocks.write_lock("api:aio-lost"):
+                lose(r, "api:aio-lost")
+            res.check("async with: a lost lock raises LockLost at its end", False, "no error")
+        except rw.LockLost:
+            res.check("async with: a lost lock raises LockLost at its end", True)
+        async with alocks.write_lock("api:aio-lost2", raise_on_lost=False):
+            lose(r, "api:aio-lost2")
+        res.check("async with raise_on_lost=False: no error", True)
+        a = alocks.write_lock("api:aio-all")
+        await a.acquire()
+        n = await alocks.release_all()
+        res.check("AsyncClient.release_all()", n == 1 and not a.held)
+        await ar.close()
+    asyncio.run(aio())
+
+
+def unreachable(res):
+    """Redis gone past the lease's end: the with block ends in LockLost (its
+    cause the connection error), sync and asyncio."""
+    srv = RedisServer(6470, prefix="rwlock-api-gone-")
+    kw = dict(port=srv.port, socket_connect_timeout=0.5, socket_timeout=0.5)
+    locks = rw.Client(redis.Redis(**kw))
+    logging.getLogger("rwlock_client").setLevel(logging.CRITICAL)   # the renewals' failures
+    try:
+        try:
+            with locks.write_lock("api:gone", lease=0.6):
+                srv.stop()
+                time.sleep(0.9)
+            res.check("with: Redis gone past the lease: LockLost", False, "no error")
+        except rw.LockLost as e:
+            res.check("with: Redis gone past the lease: LockLost (cause: %r)" % e.__cause__,
+                      isinstance(e.__cause__, redis.exceptions.ConnectionError))
+        except redis.exceptions.RedisError as e:
+            res.check("with: Redis gone past the lease: LockLost", False, repr(e))
+        srv2 = RedisServer(6470, prefix="rwlock-api-gone-")
+
+        async def aio():
+            alocks = AsyncClient(__import__("redis.asyncio", fromlist=["Redis"]).Redis(
+                port=srv2.port, socket_connect_timeout=0.5, socket_timeout=0.5))
+            try:
+                async with alocks.write_lock("api:agone", lease=0.6):
+                    srv2.stop()
+                    await asyncio.sleep(0.9)
+                res.check("async with: Redis gone past the lease: LockLost", False, "no error")
+            except rw.LockLost as e:
+                res.check("async with: Redis gone past the lease: LockLost",
+                          isinstance(e.__cause__, redis.exceptions.ConnectionError))
+            except redis.exceptions.RedisError as e:
+                res.check("async with: Redis gone past the lease: LockLost", False, repr(e))
+        asyncio.run(aio())
+    finally:
+        logging.getLogger("rwlock_client").setLevel(logging.NOTSET)
+
+
+def misuse(res, r):
+    locks = rw.Client(r)
+    lk = locks.write_lock("api:misuse")
+    lk.acquire()
+    try:
+        lk.acquire()
+        res.check("acquire() of a held Lock: AlreadyHeld", False, "no error")
+    except rw.AlreadyHeld as e:
+        res.check("acquire() of a held Lock: AlreadyHeld (a RuntimeError too)",
+                  isinstance(e, RuntimeError) and isinstance(e, rw.RWLockError))
+    res.check("release(): True", lk.release() is True)
+    try:
+        lk.release()
+        res.check("a second release(): NotHeld", False, "no error")
+    except rw.NotHeld as e:
+        res.check("a second release(): NotHeld (a RuntimeError too)",
+                  isinstance(e, RuntimeError) and isinstance(e, rw.RWLockError))
+    try:
+        locks.write_lock("")
+        res.check("an empty name: ValueError", False, "no error")
+    except ValueError:
+        res.check("an empty name: ValueError", True)
+    res.check("UpgradeConflict is a Deadlock", issubclass(rw.UpgradeConflict, rw.Deadlock))
+    a, b = locks.write_lock("api:all1"), locks.read_lock("api:all2")
+    a.acquire()
+    b.acquire()
+    n = locks.release_all()
+    res.check("release_all() releases every hold", n == 2 and not a.held and not b.held
+              and locks.info("api:all1")["state"] == "free" and not locks.held_locks())
+
+
+def handoff(res, label, client):
+    """Two holders of one name on client: the second waits for the first."""
+    name = "api:url{%s}" % label
+    try:
+        a, b = client.write_lock(name), client.write_lock(name)
+        t1 = a.acquire(timeout=5)
+        threading.Timer(0.1, a.release).start()
+        t2 = b.acquire(timeout=5)
+        res.check("%s: exclusion, a hand-off, tokens %d < %d" % (label, t1, t2),
+                  t2 > t1 and b.release())
+    except Exception as e:      # noqa: BLE001 - reported as a failure
+        res.check(label, False, repr(e))
+
+
+async def aio_quorum(res, q, servers):
+    """AsyncClient.from_url(three URLs): an AsyncQuorumClient that hands a
+    lock over, lets go of what a cancelled wait gets, and reports a loss."""
+    res.check("AsyncClient.from_url(three URLs) gives an AsyncQuorumClient",
+              isinstance(q, rw.AsyncQuorumClient))
+    a, b = q.write_lock("api:aq"), q.write_lock("api:aq")
+    t1 = await a.acquire(timeout=5)
+    asyncio.get_running_loop().call_later(0.1, lambda: asyncio.ensure_future(a.release()))
+    t2 = await b.acquire(timeout=5)
+    res.check("AsyncQuorumClient: a hand-off, tokens %d < %d" % (t1, t2), t2 > t1)
+    c = q.write_lock("api:aq")
+    waiter = asyncio.ensure_future(c.acquire(timeout=5))
+    await asyncio.sleep(0.2)
+    waiter.cancel()
+    await b.release()       # the cancelled wait's thread gets it, and lets go
+    free = False
+    for _ in range(50):
+        await asyncio.sleep(0.05)
+        if (await q.info("api:aq"))["state"] == "free":
+            free = True
+            break
+    res.check("AsyncQuorumClient: a cancelled wait lets go of what it gets", free and not c.held)
+    try:
+        async with q.write_lock("api:aq-lost"):
+            for s in servers:
+                lose(s.redis(), "api:aq-lost")
+        res.check("AsyncQuorumClient: async with a lost lock raises LockLost", False, "no error")
+    except rw.LockLost:
+        res.check("AsyncQuorumClient: async with a lost lock raises LockLost", True)
+
+
+NODE_EXITS = r"""
+const path = require('path');
+const rw = require(path.join(process.argv[1], 'clients', 'node'));
+const Redis = require(path.join(process.argv[1], 'clients', 'node', 'node_modules', 'ioredis'));
+(async () => {
+  const nodes = process.argv[2].replace(/^redis\+cluster:\/\//, '').replace(/\/$/, '').split(',')
+    .map((hp) => ({ host: hp.split(':')[0], port: Number(hp.split(':')[1]) }));
+  const c = new Redis.Cluster(nodes);
+  const locks = new rw.Locks(c);
+  const a = locks.writeLock('api:exit'), b = locks.writeLock('api:exit');
+  await a.acquire();
+  setTimeout(() => a.release(), 200);
+  await b.acquire(5000);                      // waits: the cluster subscriber
+  await b.release();
+  await c.quit();                             // its own connection; no locks.close()
+  console.log('done');
+})();
+"""
+
+
+def node_cluster_exits(res, url):
+    """On a Cluster (whose subscriber socket cannot be unref'd) a Node
+    process that waited ends once the subscriber's idle second is over."""
+    p = subprocess.Popen(["node", "-e", NODE_EXITS, ROOT, url], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    first = p.stdout.readline()
+    t = time.monotonic()
+    try:
+        rest = p.communicate(timeout=10)[0]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rest = p.communicate()[0]
+    took = time.monotonic() - t
+    res.check("node on a Cluster: a process that waited ends by itself, %.1f s after "
+              "its work, without close()" % took,
+              first.strip() == "done" and p.returncode == 0 and took < 4.0, first + rest)
+
+
+def error_names():
+    return sorted(n for n in dir(rw) if isinstance(getattr(rw, n), type)
+                  and issubclass(getattr(rw, n), rw.RWLockError))
+
+
+def sentinel(port, master_port, d):
+    conf = os.path.join(d, "sentinel.conf")
+    with open(conf, "w") as f:
+        f.write("port %d\nbind 127.0.0.1\ndir %s\n"
+                "sentinel monitor mymaster 127.0.0.1 %d 1\n" % (port, d, master_port))
+    p = subprocess.Popen(["redis-server", conf, "--sentinel"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    s = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            if s.sentinel_get_master_addr_by_name("mymaster"):
+                return p
+        except redis.exceptions.RedisError:
+            pass
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError("the sentinel did not start")
+
+
+def main():
+    res = Results()
+    d = tempfile.mkdtemp(prefix="rwlock-api-")
+    sock = os.path.join(d, "redis.sock")
+    srv = RedisServer(6440, "--unixsocket", sock, "--unixsocketperm", "700", prefix="rwlock-api-")
+    # Masters that persist every write count toward a majority at once.
+    quorum = [RedisServer(srv.port + 1 + i, "--appendonly", "yes", "--appendfsync", "always",
+                          prefix="rwlock-api-q-") for i in range(3)]
+    cluster = RedisCluster(6450, prefix="rwlock-api-c-")
+    gone = RedisServer(6475, prefix="rwlock-api-gone-")   # clients_api.js shuts it down
+    sport = free_port(6460)
+    sent = sentinel(sport, srv.port, d)
+    urls = {
+        "redis": srv.url,
+        "unix": "unix://%s?db=0" % sock,
+        "cluster": cluster.url,
+        "sentinel": "redis+sentinel://127.0.0.1:%d/mymaster/0" % sport,
+        "quorum": " ".join(q.url for q in quorum),
+        "gone": gone.url,
+    }
+    try:
+        r = srv.redis()
+        scoped(res, r)
+        unreachable(res)
+        misuse(res, r)
+        for label in ("redis", "unix", "cluster", "sentinel"):
+            c = rw.Client.from_url(urls[label])
+            res.check("Client.from_url(%s) gives a Client" % label, type(c) is rw.Client)
+            handoff(res, "Client.from_url(%s)" % label, c)
+        q = rw.Client.from_url(urls["quorum"], max_lease=60.0)
+        res.check("Client.from_url(three URLs) gives a QuorumClient", isinstance(q, rw.QuorumClient))
+        handoff(res, "Client.from_url(quorum)", q)
+
+        async def aio_urls():
+            for label in ("redis", "unix", "cluster", "sentinel"):
+                c = AsyncClient.from_url(urls[label])
+                name = "api:aurl{%s}" % label
+                a, b = c.write_lock(name), c.write_lock(name)
+                t1 = await a.acquire(timeout=5)
+                asyncio.get_running_loop().call_later(0.1, lambda: asyncio.ensure_future(a.release()))
+                t2 = await b.acquire(timeout=5)
+                res.check("AsyncClient.from_url(%s): a hand-off, tokens %d < %d" % (label, t1, t2),
+                          t2 > t1 and await b.release())
+            await aio_quorum(res, AsyncClient.from_url(urls["quorum"], max_lease=60.0), quorum)
+        try:
+            asyncio.run(aio_urls())
+        except Exception as e:      # noqa: BLE001
+            res.check("AsyncClient.from_url", False, repr(e))
+
+        node_cluster_exits(res, urls["cluster"])
+        p = subprocess.run(["node", os.path.join(HERE, "clients_api.js"), json.dumps(urls)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        node_errors = None
+        for line in p.stdout.splitlines():
+            if line.startswith("errors "):
+                node_errors = json.loads(line[len("errors "):])
+                continue
+            print(line)
+            if line.startswith("ok "):
+                res.passed += 1
+            elif line.startswith("FAIL "):
+                res.failed += 1
+        res.check("the Node checks ran to the end (exit status %d)" % p.returncode,
+                  p.returncode == 0 and node_errors is not None, p.stdout[-2000:])
+        res.check("the same error classes in both clients: %s" % error_names(),
+                  node_errors == error_names(), "node: %s" % node_errors)
+    finally:
+        sent.kill()
+        gone.stop()
+        cluster.stop()
+        for q in quorum:
+            q.stop()
+        srv.stop()
+        subprocess.run(["rm", "-rf", d])
+    print("clients_api: %d passed, %d failed" % (res.passed, res.failed))
+    return 1 if res.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -120,7 +120,6 @@ export declare class DeadlockDetected extends Deadlock {
   /** One line per wait of the cycle: "<owner> <r|w> <blocked by owner> <lock key>". */
   readonly cycle: string;
 }
-export declare const DeadlockDetectedError: typeof DeadlockDetected;
 export declare class LockLost extends RWLockError {
   readonly lock: string;
   readonly owner: string;
@@ -143,6 +142,9 @@ export declare const ReplicasNotAcknowledgedError: typeof ReplicasNotAcknowledge
 export declare type ReplicasNotAcknowledgedError = ReplicasNotAcknowledged;
 export declare const ReadLockLostError: typeof ReadLockLost;
 export declare type ReadLockLostError = ReadLockLost;
+/** Another name of DeadlockDetected, as the names above. */
+export declare const DeadlockDetectedError: typeof DeadlockDetected;
+export declare type DeadlockDetectedError = DeadlockDetected;
 
 export interface ParsedRedisUrl {
   kind: 'redis' | 'cluster';

@@ -11,9 +11,13 @@ What it models (SPEC sections 2, 3, 5; README "Functions", docs/functions.md):
   error, 25P02 until ROLLBACK / ROLLBACK TO), the stack of savepoints;
 - each lock in Redis: its holders by owner id (SQL sessions and the Python
   client's Lock objects) and mode, the last write token, and the readers'
-  mark and turn of the protocol (docs/protocol.md 3.3: a reader that waited
-  for a writer and timed out leaves a 2 s mark; if the writer leaves while
-  it is live, writers wait up to 100 ms for the readers' turn). The turn is
+  mark and turn of the protocol (docs/protocol.md 3.3: a reader waiting for
+  a writer leaves a 2 s mark; if the writer leaves while it is live,
+  writers wait up to 100 ms for the readers' turn). A reader that gives up
+  withdraws its mark (MARKS_WITHDRAWN, the protocol since issue 27.18), so
+  in this single-threaded driver no turn ever starts, and a write lock
+  asked for just after a writer left (readers having given up meanwhile)
+  must be granted. With MARKS_WITHDRAWN false (older builds) the turn is
   the only timing-dependent rule: the model knows when it may be running,
   and the driver does not ask for a write lock then.
 
@@ -34,6 +38,7 @@ RANK = {None: 0, R: 1, W: 2}
 KEEP_TOKEN_S = 600.0     # a freed lock keeps its token that long at least
 TURN_S = 0.100           # the readers' turn (release.lua READER_TURN_MS)
 MARK_S = 2.0             # a waiting reader's mark (RW_INTENT_MS)
+MARKS_WITHDRAWN = True   # a reader that gives up takes its mark back
 
 
 def stronger(a, b):
@@ -116,6 +121,10 @@ class Redis:
         ls.token_kept = ls.token_known = True
 
     def reader_waited(self, name, until):
+        """A reader waited for a writer and gave up (until: its mark's end
+        at the latest)."""
+        if MARKS_WITHDRAWN:
+            return
         ls = self.locks[name]
         ls.mark_until = until if ls.mark_until is None else max(ls.mark_until, until)
 
@@ -203,6 +212,7 @@ class Session:
         # room reserved for xact holds, as held_reserve_xact grows it.
         self.cap_xact = 0
         self.notes = []          # warnings of the call in progress
+        self.cursor = None       # an open cursor of lock calls: its dict
 
     # ---- state ----
     def level(self):
@@ -414,6 +424,7 @@ class Session:
 
     def end_block(self, now):
         """COMMIT, ROLLBACK (and COMMIT of an aborted block)."""
+        self.cursor = None
         self._release_xact(1, now)
         self.in_block, self.aborted, self.savepoints = False, False, []
         return self.outcome(value=None)
@@ -428,6 +439,8 @@ class Session:
         """ROLLBACK TO the j-th savepoint: its level and deeper abort, it
         stays (restarted)."""
         self._release_xact(j + 2, now)
+        if self.cursor and self.cursor["level"] >= j + 2:
+            self.cursor = None               # declared in what rolled back
         del self.savepoints[j + 1:]
         self.aborted = False
         return self.outcome(value=None)
@@ -437,6 +450,8 @@ class Session:
             return Outcome(sqlstate="25P02")
         for r in self.recs.values():
             r.xact = [(m, min(lv, j + 1)) for m, lv in r.xact]
+        if self.cursor:
+            self.cursor["level"] = min(self.cursor["level"], j + 1)
         del self.savepoints[j:]
         return Outcome(value=None)
 
@@ -461,6 +476,7 @@ class Session:
             r.stack, r.xact = [], []
             self._sync(name, now)
         self.notes = []
+        self.cursor = None
         self.in_block, self.aborted, self.savepoints = False, False, []
 
 

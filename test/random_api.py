@@ -56,14 +56,14 @@ from rwtest import RedisServer  # noqa: E402
 
 # Known bugs of the extension whose sequences --skip-known can avoid.
 KNOWN = {
-    "LOSTWARN": "one statement repeats the WARNING of a lost lock: COMMIT, ROLLBACK "
-                "and ROLLBACK TO warn once per run of its xact holds between holds of "
-                "other names (held_release_xact), not once (with this flag identical "
-                "\"was lost\" warnings of one statement count once)",
-    "STACK": "held.c: a stacked hold (no Redis call) is pushed without reserving room: "
-             "more than 8 session holds of a name, or an xact hold beyond the room the "
-             "last Redis call reserved (none before the first), overflows memory "
-             "(signal 11)",
+    "LOSTWARN": "held_release_xact before ac70ab1 (fixed): COMMIT, ROLLBACK and "
+                "ROLLBACK TO repeated the WARNING of a lost lock once per run of its xact "
+                "holds between other names' (with this flag identical \"was lost\" "
+                "warnings of one statement count once); for testing older builds",
+    "STACK": "held.c before held_reserve (fixed): a stacked hold (no Redis call) was "
+             "pushed without reserving room: more than 8 session holds of a name, or an "
+             "xact hold beyond the room the last Redis call reserved (none before the "
+             "first), overflowed memory (signal 11); for testing older builds",
 }
 
 SESSIONS = 4
@@ -170,8 +170,7 @@ class Driver:
             rows = cur.fetchall() if cur.description else None
             state = None
         except psycopg2.Error as e:
-            if e.pgcode is None or isinstance(e, (psycopg2.OperationalError,
-                                                  psycopg2.InterfaceError)) and e.pgcode is None:
+            if e.pgcode is None:         # the connection is gone
                 raise CrashFailure("session S%d (pid %d) lost its connection on %s: %s"
                                    % (i, self.sessions[i].pid, short_sql(text), e))
             rows, state = None, e.pgcode
@@ -456,6 +455,107 @@ class Driver:
         elif grant.tokens is not None:
             s.granted(name, max(grant.tokens), R)    # the read token, unseen
 
+    def step_do(self, i):
+        """A PL/pgSQL block takes k holds in its own subtransaction and then
+        raises and catches division_by_zero (its xact holds go, its session
+        holds stay) or ends (its xact holds move to the enclosing level)."""
+        s, rnd = self.sessions[i], self.rnd
+        name = self.pick_name()
+        mode = R if rnd.random() < 0.6 else W
+        level = "session" if rnd.random() < 0.4 else "xact"
+        k = rnd.randint(1, 5)
+        fails = rnd.random() < 0.6
+        if (s.aborted or not s.grantable(name, mode) or
+                (name in s.recs and s.recs[name].lost) or
+                ("STACK" in s.known and not s.safe_to_stack(name, mode, level, k)) or
+                len(self.model.locks[name].expected_read_tokens(time.time())) > 1):
+            return self.step_lock(i)
+        if s.want(name, mode) == W:
+            self.wait_turn(name)
+        fn = "redis_%slock%s" % (mode, "_xact" if level == "xact" else "")
+        body = "PERFORM %s('%s') FROM generate_series(1, %d);" % (
+            fn, name.replace("'", "''"), k)
+        if fails:
+            body += " PERFORM 1 / 0; EXCEPTION WHEN division_by_zero THEN NULL;"
+        q = "DO $$ BEGIN %s END $$" % body
+        now = time.time()
+        in_block = s.in_block
+        s.in_block = True                 # the block's own subtransaction
+        s.savepoints.append("<DO>")
+        j = len(s.savepoints) - 1
+        out = s.lock(name, mode, level, False, True, k, now)
+        if fails:
+            s.rollback_to(j, now)
+            s.savepoints.pop()
+        else:
+            s.release_sp(j)
+        s.in_block = in_block
+        s.statement_end(now)
+        out.warnings += s.notes
+        s.notes = []
+        self.count("DO %s %s%s" % (mode, level, " failing" if fails else ""))
+        text, rows, state, notices = self.sql(i, q)
+        res = Outcome(value=None, warnings=out.warnings)
+        self.compare("S%d" % i, text, res, rows, state, notices)
+        if out.token_above is not None:
+            # The write token: from the view if held still, else from Redis.
+            if name in s.recs:
+                text, rows, _, _ = self.sql(
+                    i, "SELECT max(token) FROM redis_held_locks WHERE name = %s", (name,))
+                token = rows[0][0]
+            else:
+                token = int(self.r.hget(hash_key(name), "f"))
+            self.check_token(short_sql(text), out, token)
+            s.granted(name, token, W)
+        elif out.tokens is not None:
+            s.granted(name, max(out.tokens), R)
+
+    def step_cursor(self, i):
+        """A cursor of lock calls in a block: each FETCH takes its holds at
+        the (sub)transaction level of the FETCH, not of the DECLARE."""
+        s, rnd = self.sessions[i], self.rnd
+        c = s.cursor
+        if c is None:
+            name = self.pick_name()
+            mode = R if rnd.random() < 0.6 else W
+            level = "session" if rnd.random() < 0.4 else "xact"
+            n = rnd.randint(3, 10)
+            fn = "redis_%slock%s" % (mode, "_xact" if level == "xact" else "")
+            q = "DECLARE rc CURSOR FOR SELECT %s(%%s) FROM generate_series(1, %d)" % (fn, n)
+            s.cursor = {"name": name, "mode": mode, "level": s.level(), "lock_level": level,
+                        "left": n}
+            self.count("DECLARE")
+            text, rows, state, notices = self.sql(i, q, (name,))
+            self.compare("S%d" % i, text, Outcome(value=None), rows, state, notices)
+            return
+        name, mode, level = c["name"], c["mode"], c["lock_level"]
+        k = rnd.randint(1, c["left"]) if c["left"] else 0
+        if k and not (s.grantable(name, mode) and
+                      not (name in s.recs and s.recs[name].lost) and
+                      ("STACK" not in s.known or s.safe_to_stack(name, mode, level, k)) and
+                      len(self.model.locks[name].expected_read_tokens(time.time())) == 1):
+            return self.step_lock(i)    # a FETCH that would fail or is unsure: later
+        if not k or rnd.random() < 0.15:
+            s.cursor = None
+            self.count("CLOSE")
+            text, rows, state, notices = self.sql(i, "CLOSE rc")
+            self.compare("S%d" % i, text, Outcome(value=None), rows, state, notices)
+            return
+        if s.want(name, mode) == W:
+            self.wait_turn(name)
+        out = s.lock(name, mode, level, False, True, k, time.time())
+        c["left"] -= k
+        self.count("FETCH")
+        text, rows, state, notices = self.sql(i, "FETCH %d FROM rc" % k)
+        self.compare("S%d" % i, text, out, rows, state, notices)
+        tokens = {t for (t,) in rows}
+        self.check(len(rows) == k and len(tokens) == 1, "%s: %d rows, tokens %s"
+                   % (text, len(rows), tokens))
+        token = tokens.pop()
+        self.check_token(text, out, token)
+        if out.token_above is not None or out.tokens is not None:
+            s.granted(name, token, W if out.token_above is not None else R)
+
     def step_unlock(self, i):
         s, rnd = self.sessions[i], self.rnd
         held = [n for n, r in s.recs.items() if r.stack]
@@ -498,6 +598,8 @@ class Driver:
     def step_sql(self, i):
         s, rnd = self.sessions[i], self.rnd
         now = time.time
+        if s.cursor and not s.aborted and rnd.random() < 0.5:
+            return self.step_cursor(i)
         if s.aborted:
             ch = rnd.choices(["rollback", "commit", "rollback_to", "lock", "unlock",
                               "savepoint", "error"], [3, 1, 4 if s.savepoints else 0,
@@ -516,8 +618,13 @@ class Driver:
                            1.5, 1, 0.5]
             ch = rnd.choices(kinds, weights)[0]
         if ch == "lock":
-            if rnd.random() < 0.05:
+            x = rnd.random()
+            if x < 0.05:
                 return self.step_partial(i)
+            if x < 0.10:
+                return self.step_do(i)
+            if x < 0.16 and s.in_block and not s.aborted:
+                return self.step_cursor(i)
             return self.step_lock(i)
         if ch == "unlock":
             return self.step_unlock(i)
@@ -607,7 +714,7 @@ class Driver:
 
     def step_upgrade_conflict(self):
         """Two sessions that hold the read lock both ask for the write lock:
-        A with redis_try_wlock(name, '1s') (in a thread), B 200 ms later.
+        A with redis_try_wlock(name, '1s') (in a thread), B once A waits.
         B is the second to ask: 40P01 at once (false from a try form); A
         then gets the lock if B's error let go of B's read holds and nobody
         else holds the name, else false when its second has run out."""
@@ -641,7 +748,15 @@ class Driver:
 
         th = threading.Thread(target=run_a)
         th.start()
-        time.sleep(0.2)
+        # B asks once A waits (its first try made it the upgrader).
+        cur = self.control.cursor()
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:
+            cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                        (sa.pid,))
+            if cur.fetchone()[0] == "Extension":
+                break
+            time.sleep(0.005)
         fb = "redis_%swlock%s" % ("try_" if b_try else "", "_xact" if b_level == "xact" else "")
         qb = "SELECT %s(%%s%s)" % (fb, ", '50ms'" if b_try else "")
         out_b = sb.lock(name, W, b_level, b_try, True, 1, time.time())
@@ -781,6 +896,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--steps", type=int, default=int(os.environ.get("RANDOM_API_STEPS", "3000")))
+    ap.add_argument("--progress", type=int, default=0, metavar="N",
+                    help="print a line every N steps")
     ap.add_argument("--no-deep", dest="deep", action="store_false",
                     help="no statements of 100-150 stacked calls")
     ap.add_argument("--forget", type=float, default=0.005,
@@ -806,6 +923,9 @@ def main():
                   "is not checked")
         while d.step_no < args.steps:
             d.step()
+            if args.progress and d.step_no % args.progress == 0:
+                print("random_api: step %d, %.0f s, %d passed" % (
+                    d.step_no, time.monotonic() - t0, d.passed), flush=True)
         d.finish()
     except Failure as e:
         rc = 1

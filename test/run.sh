@@ -51,11 +51,10 @@ pg_virtualenv -t /usr/bin/python3 test/load.py || status=1
 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 CHAOS_QUORUM=3 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 CHAOS_CLUSTER=1 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
-# The SQL API against its model (3,000 random steps; the keeper preloaded for
-# redis_locks). --skip-known: known bugs whose sequences it avoids or whose
-# extra warnings it accepts; drop each when its fix is in (test/random_api.py
-# KNOWN says which).
-pg_virtualenv -t -o shared_preload_libraries=rwlock /usr/bin/python3 test/random_api.py \
-  || status=1
+# The SQL API against its model (3,000 random steps, a new seed each run; the
+# keeper preloaded for redis_locks). A known bug not yet fixed is avoided with
+# --skip-known ID (test/random_api.py KNOWN), never by turning checks off.
+pg_virtualenv -t -o shared_preload_libraries=rwlock /usr/bin/python3 test/random_api.py ||
+  status=1
 bash test/tap.sh || status=1
 exit $status

@@ -116,6 +116,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -909,15 +910,16 @@ def run(srvs, args):
     monitors = []
     if os.environ.get("CHAOS_MONITOR"):
         # Diagnostics: every command each master runs on the lock's keys, in
-        # the order it runs them (MONITOR; restarted after CLIENT KILL).
-        import subprocess
+        # the order it runs them (MONITOR; restarted after CLIENT KILL, until
+        # the master is gone).
         path = "%s.%d" % (os.environ["CHAOS_MONITOR"], os.getpid())
         print("chaos: 0 ms is Unix time %.6f; MONITOR in %s.<port>"
               % (time.time() - now_ms() / 1000.0, path), flush=True)
         for port in ports:
             monitors.append(subprocess.Popen(
-                ["bash", "-c", "while :; do redis-cli -p %d monitor; sleep 0.01; done | "
-                 "grep --line-buffered -F '{c}' > %s.%d" % (port, path, port)],
+                ["bash", "-c", "while :; do redis-cli -p %d monitor; "
+                 "redis-cli -p %d ping >/dev/null 2>&1 || break; sleep 0.01; done | "
+                 "grep --line-buffered -F '{c}' > %s.%d" % (port, port, path, port)],
                 start_new_session=True))
     for t in threads + [inj, obs]:
         t.start()

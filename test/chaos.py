@@ -56,8 +56,18 @@ Exclusion is also checked as it happens:
   - observer: a thread reads the lock's hash in Redis (field w, the writer)
     while a session stays inside its critical section; the writer must be
     that session's owner id.
+In a transaction, a statement that fails is a message that releases: the
+transaction aborts there and its _xact hold goes at the abort (SPEC 2.2, as
+PostgreSQL's own locks do), before the client's call returns with the
+error. So what is found while a session is inside is judged when it leaves:
+an overlap whose grant (its token: Redis's clock, in µs) came after the
+failing statement was sent, or a mismatch read by then, is a hand-off at an
+abort, counted as such, not a violation; a grant from before that stands.
 Each violation is reported with the last steps of the sessions involved and
 the faults before it; CHAOS_REPORTS (default 3) says how many are printed.
+$CHAOS_MONITOR=<path> (diagnostics) records, with MONITOR, every command
+each master runs on the lock's keys, in the order it runs them, in
+<path>.<pid>.<port>; the run prints the Unix time of its 0 ms.
 
 After the faults stop, every session must make progress: one more increment
 in its own form and a final redis_wlock + redis_unlock, within a few tries,
@@ -106,6 +116,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -150,6 +161,12 @@ class Shared:
         self.inside = {}            # wid -> (entry number, form, ms)
         self.overlaps = []          # reports
         self.mismatches = []        # observer reports
+        # Overlaps and mismatches found while the session they name is
+        # inside: judged when it leaves (Session.leave), since a statement
+        # that fails in a transaction ends the critical section it was
+        # sent in. (wid, entry) -> [(kind, ms, Redis-clock µs, report)]
+        self.pending = collections.defaultdict(list)
+        self.abort_handoffs = 0     # excused: the holder's transaction had aborted
         self.stale_tokens = []      # entries whose token is not above the last
         self.after_fault = collections.Counter()  # (violation, last fault kind)
         self.last_token = 0
@@ -184,6 +201,36 @@ def note_violation(kind, ms):
     lf = last_fault(ms)
     with shared.mx:
         shared.after_fault[kind, lf[0] if lf else "none"] += 1
+
+
+def suspect(kind, victims, us, ms, report):
+    """An overlap or a mismatch with the sessions victims ({wid: entry}) inside
+    their critical sections: confirmed or excused when they leave (at us, on
+    the clock Redis's tokens use, the event happened: a grant's token, an
+    observer's read)."""
+    with shared.mx:
+        for wid, entry in victims.items():
+            shared.pending[wid, entry].append((kind, ms, us, report))
+
+
+def judge(wid, entry, aborted_us):
+    """Session wid leaves critical section entry: what was found while it was
+    inside is a violation unless the section had ended by then: a statement
+    of its transaction failed (sent at aborted_us), and the transaction's
+    abort released its _xact hold (SPEC 2.2), as PostgreSQL's own locks go at
+    the abort, before the client's ROLLBACK. Redis saw that release only
+    after the failing statement was sent: what happened before that is
+    judged a violation still."""
+    with shared.mx:
+        found = shared.pending.pop((wid, entry), [])
+    for kind, ms, us, report in found:
+        if aborted_us is not None and us > aborted_us:
+            with shared.mx:
+                shared.abort_handoffs += 1
+            continue
+        with shared.mx:
+            (shared.overlaps if kind == "overlap" else shared.mismatches).append(report)
+        note_violation(kind, ms)
 
 
 def describe(wids, since_ms):
@@ -266,6 +313,7 @@ class Session:
 
     def one(self, sql, args=None):
         self.log(sql if args is None else sql % tuple(repr(a) for a in args))
+        self.sent_us = time.time() * 1e6    # Redis's clock (same host)
         try:
             self.cur.execute(sql, args)
             row = self.cur.fetchone() if self.cur.description else None
@@ -328,14 +376,18 @@ class Session:
                          ", ".join("%d (%s, since %.1f ms)" % (w, v[1], v[2])
                                    for w, v in others.items()),
                          describe([self.wid] + list(others), since)))
-            with shared.mx:
-                shared.overlaps.append(report)
-            note_violation("overlap", now_ms())
+            # The token is the grant's time on Redis's clock, in µs.
+            suspect("overlap", {w: v[0] for w, v in others.items()}, token, now_ms(), report)
         self.log("inside (%s)" % form)
 
-    def leave(self):
+    def leave(self, aborted_us=None):
+        """Out of the critical section: before the release is sent, or, with
+        aborted_us, by a statement of the transaction that failed (sent at
+        aborted_us)."""
         with shared.mx:
-            shared.inside.pop(self.wid, None)
+            v = shared.inside.pop(self.wid, None)
+        if v is not None:
+            judge(self.wid, v[0], aborted_us)
 
     def increment(self, form):
         """Read, pause, write read + 1 (and its line in chaos_log, in the same
@@ -389,6 +441,11 @@ class Session:
         self.enter(form)
         try:
             inner = self.increment(form)
+        except psycopg2.Error:
+            # The transaction aborted when the statement failed, and let go
+            # of its _xact hold then: the section ended as it was sent.
+            self.leave(self.sent_us if xact else None)
+            raise
         finally:
             self.leave()        # before the release is sent
         if xact:
@@ -665,6 +722,9 @@ def observer(ports, cluster):
         if failed == len(rs):
             shared.sample_errors += 1
             continue
+        # Read by then. (A grant to another session before an abort ended
+        # the section is an overlap, by its token, whenever it is read.)
+        read_us = time.time() * 1e6
         with shared.mx:
             after = dict(shared.inside)
         shared.samples += 1
@@ -681,9 +741,7 @@ def observer(ports, cluster):
                              (writer or "nobody") if len(rs) == 1 else
                              "per master %s (%d not read)" % (dict(writers), failed),
                              describe([wid], v[2] - 2000)))
-                with shared.mx:
-                    shared.mismatches.append(report)
-                note_violation("mismatch", now_ms())
+                suspect("mismatch", {wid: v[0]}, read_us, now_ms(), report)
 
 
 # ---- main -------------------------------------------------------------------------
@@ -849,6 +907,20 @@ def run(srvs, args):
     inj = threading.Thread(target=injector, args=(ports, deadline, args.seed, args.kinds),
                            daemon=True)
     obs = threading.Thread(target=observer, args=(ports, args.cluster), daemon=True)
+    monitors = []
+    if os.environ.get("CHAOS_MONITOR"):
+        # Diagnostics: every command each master runs on the lock's keys, in
+        # the order it runs them (MONITOR; restarted after CLIENT KILL, until
+        # the master is gone).
+        path = "%s.%d" % (os.environ["CHAOS_MONITOR"], os.getpid())
+        print("chaos: 0 ms is Unix time %.6f; MONITOR in %s.<port>"
+              % (time.time() - now_ms() / 1000.0, path), flush=True)
+        for port in ports:
+            monitors.append(subprocess.Popen(
+                ["bash", "-c", "while :; do redis-cli -p %d monitor; "
+                 "redis-cli -p %d ping >/dev/null 2>&1 || break; sleep 0.01; done | "
+                 "grep --line-buffered -F '{c}' > %s.%d" % (port, port, path, port)],
+                start_new_session=True))
     for t in threads + [inj, obs]:
         t.start()
     verdict = []
@@ -861,7 +933,12 @@ def run(srvs, args):
         if t.is_alive():
             stuck.append(s)
     obs.join(5)
+    # A session still inside (stuck): what was found meanwhile stands.
+    for wid, entry in list(shared.pending):
+        judge(wid, entry, None)
     elapsed = time.monotonic() - start
+    for m in monitors:
+        os.killpg(m.pid, signal.SIGTERM)
 
     counter = committed = None
     per_form = collections.Counter()
@@ -942,8 +1019,8 @@ def run(srvs, args):
     print("chaos%s: %d sessions (%s), %.1f s, seed %d: increments %s (%s; %d with a nested "
           "lock, %d COMMITs chained to the next acquisition); try busy %s; "
           "faults %d (%s%s); errors %d (%s); warnings %s; unlock false %d; "
-          "overlaps %d; stale tokens %d; observer %d samples, %d mismatches; counter %s; "
-          "lost updates %s"
+          "overlaps %d (%d hand-offs at an abort); stale tokens %d; observer %d samples, "
+          "%d mismatches; counter %s; lost updates %s"
           % (" (quorum of %d)" % args.quorum if args.quorum else
              " (cluster of 3)" if args.cluster else "",
              len(sessions), ",".join(s.plan for s in sessions), elapsed, args.seed,
@@ -952,7 +1029,8 @@ def run(srvs, args):
              sum(shared.faults.values()), fmt(shared.faults),
              ("; failed " + fmt(shared.fault_errors)) if shared.fault_errors else "",
              sum(errors.values()), fmt(errors), fmt(warnings), unlock_false,
-             len(shared.overlaps), len(shared.stale_tokens), shared.samples,
+             len(shared.overlaps), shared.abort_handoffs, len(shared.stale_tokens),
+             shared.samples,
              len(shared.mismatches),
              counter, lost))
     if shared.after_fault:

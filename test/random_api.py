@@ -227,12 +227,22 @@ class Driver:
         if s.aborted or self.conns[i] is None:
             return
         text, rows, state, notices = self.sql(
-            i, "SELECT name, mode, level, depth, token, lease_state FROM redis_held_locks")
+            i, "SELECT name, mode, level, depth, token, lease_state, acquired "
+               "FROM redis_held_locks")
         self.check(state is None and not notices,
                    "S%d: redis_held_locks: %s %s" % (i, state, notices))
         got = {}
-        for name, mode, level, depth, token, lease in rows:
+        for name, mode, level, depth, token, lease, acquired in rows:
             got[(name, mode[0], level)] = (depth, token, lease)
+            # acquired: when Redis granted the record, the same in all its
+            # rows and for as long as it is held (stacking, upgrades and
+            # downgrades keep it).
+            r = s.recs.get(name)
+            if r is not None:
+                if r.acquired is None:
+                    r.acquired = acquired
+                self.check(acquired == r.acquired, "S%d: %s acquired %s, before %s"
+                           % (i, short(name), acquired, r.acquired))
         want = s.holds_rows()
         self.check(got == want, "S%d: redis_held_locks shows %s, the model %s"
                    % (i, fmt_rows(got), fmt_rows(want)))

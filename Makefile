@@ -1,14 +1,17 @@
 # rwlock: PGXS build. make && make install && make installcheck
 MODULE_big = rwlock
-OBJS = src/guc.o src/url.o src/errors.o src/resolve.o src/redis_conn.o src/scripts.o src/lua_scripts.o \
-       src/protocol.o src/keeper.o src/route.o src/holds.o src/renew.o \
+OBJS = src/guc.o src/url.o src/passfile.o src/errors.o src/resolve.o src/redis_conn.o \
+       src/scripts.o src/lua_scripts.o src/protocol.o src/keeper.o src/route.o \
+       src/holds.o src/renew.o \
        src/release.o src/waiting.o src/held.o src/introspect.o src/functions.o \
-       src/tls.o src/sentinel.o src/cluster.o src/quorum.o src/stats.o
+       src/tls.o src/sentinel.o src/cluster.o src/quorum.o src/stats.o \
+       src/deadlock.o
 EXTENSION = rwlock
 DATA = rwlock--1.0.sql rwlock--1.0--1.1.sql rwlock--1.1--1.2.sql
 SHLIB_LINK = -lhiredis -lssl -lcrypto
 PG_CPPFLAGS = -I$(srcdir)/src
-LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua lua/fence.lua
+LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua lua/fence.lua \
+      lua/waits.lua lua/mark.lua
 EXTRA_CLEAN = src/lua_scripts.c
 REGRESS = rwlock state privileges sessions upgrade stacking
 # Run in a server with rwlock in shared_preload_libraries (test/run.sh):

@@ -78,3 +78,36 @@ CREATE FUNCTION redis_unlock(name text, mode text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'redis_unlock_mode' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redis_unlock(text, text) IS
   'release the most recent session-level hold of a Redis lock in the given mode (read or write)';
+
+-- redis_locks shows waiters too (granted = false, since waitstart), and the
+-- database of every row, as pg_locks does (issue 29).
+DROP VIEW redis_locks;
+DROP FUNCTION redis_locks_fn();
+CREATE FUNCTION redis_locks_fn(
+    OUT pid integer, OUT name text, OUT mode text, OUT level text,
+    OUT token bigint, OUT acquired timestamptz, OUT lease_until timestamptz,
+    OUT lease_state text, OUT owner text, OUT granted boolean,
+    OUT waitstart timestamptz, OUT datid oid)
+  RETURNS SETOF record
+  AS 'MODULE_PATHNAME', 'redis_locks_all' LANGUAGE C VOLATILE PARALLEL SAFE;
+CREATE VIEW redis_locks AS
+  SELECT l.pid, l.name, l.mode, l.level, l.token, l.acquired, l.lease_until,
+         l.lease_state, l.owner, l.granted, l.waitstart, l.datid, d.datname
+    FROM redis_locks_fn() l LEFT JOIN pg_database d ON d.oid = l.datid;
+GRANT SELECT ON redis_locks TO PUBLIC;
+COMMENT ON FUNCTION redis_locks_fn() IS
+  'every Redis lock hold and wait of every session of this server (the function behind redis_locks)';
+COMMENT ON VIEW redis_locks IS
+  'every Redis lock hold and wait of every session of this server, like pg_locks (needs the keeper)';
+
+-- Like pg_blocking_pids, for Redis lock waits: this server's sessions that
+-- the given pid waits for; and the owner ids of all it waits for, wherever
+-- they are (other servers, clients).
+CREATE FUNCTION redis_blocking_pids(pid integer) RETURNS integer[]
+  AS 'MODULE_PATHNAME' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION redis_blocking_pids(integer) IS
+  'the sessions of this server that hold (or queue ahead for) the Redis lock the given pid waits for';
+CREATE FUNCTION redis_blocking_owners(pid integer) RETURNS text[]
+  AS 'MODULE_PATHNAME' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION redis_blocking_owners(integer) IS
+  'the owner ids of everything (sessions of any server, clients) the given pid waits for in its Redis lock wait';

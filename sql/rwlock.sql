@@ -72,6 +72,8 @@ SET rwlock.redis_url = 'redis+cluster://127.0.0.1:7000/1';
 SET rwlock.redis_url = 'redis+cluster:///';
 -- a refused URL is not quoted: its password would reach the client and the log
 SET rwlock.redis_url = 'redis://someone:s3cretpw@127.0.0.1:99999/0';
+-- %00 in a URL's user, password or master name is refused, not cut short
+SET rwlock.redis_url = 'redis://u:a%00b@127.0.0.1:6379/0';
 SET rwlock.key_prefix = 'a{b';
 SET rwlock.lease = '1ms';
 

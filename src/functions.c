@@ -25,6 +25,7 @@ _PG_init(void)
 {
 	rw_keeper_init();			/* first: defines rwlock.max_holds */
 	rw_stats_init();
+	rw_deadlock_init();
 	rw_define_gucs();
 	rw_held_install_hooks();
 }

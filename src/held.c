@@ -243,6 +243,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		}
 		rw_release_send_owed(node);
 		rw_conn_restore(cap);
+		rw_deadlock_set_level(level);
 		if (!rw_wait_acquire(node, &h->keys, name, want, h->redis_mode,
 							 timeout, started, !is_try, &tok, &since, &h->lost))
 		{

@@ -395,3 +395,119 @@ redis_lock_stats_reset(PG_FUNCTION_ARGS)
 				 errhint("Add rwlock to shared_preload_libraries and restart the server.")));
 	PG_RETURN_VOID();
 }
+
+/*
+ * redis_locks (version 1.2): every hold published by every session of this
+ * server, one row per session, name and level (keeper.c's table), then a
+ * row per waiting session (deadlock.c's), granted = false, as pg_locks
+ * shows waiters. Empty unless rwlock is preloaded.
+ */
+PG_FUNCTION_INFO_V1(redis_locks_all);
+Datum
+redis_locks_all(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RwKeeperRow *holds;
+	RwWaiterRow *waits;
+	int			nholds,
+				nwaits;
+	int64		now = rw_now_ms();
+
+	InitMaterializedSRF(fcinfo, 0);
+	nholds = rw_keeper_rows(&holds);
+	nwaits = rw_deadlock_waiters(&waits);
+	for (int i = 0; i < nholds; i++)
+	{
+		RwKeeperRow *h = &holds[i];
+
+		for (int level = 0; level < 2; level++)
+		{
+			Datum		values[12];
+			bool		nulls[12] = {0};
+			RwMode		m = (RwMode) h->modes[level];
+
+			if (m == RW_NONE)
+				continue;
+			values[0] = Int32GetDatum(h->pid);
+			values[1] = CStringGetTextDatum(h->name);
+			values[2] = CStringGetTextDatum(m == RW_WRITE ? "write" : "read");
+			values[3] = CStringGetTextDatum(level == RW_SESSION ? "session" : "xact");
+			values[4] = Int64GetDatum(h->token);
+			values[5] = TimestampTzGetDatum(h->acquired);
+			values[6] = TimestampTzGetDatum(rw_mono_to_timestamp(h->lease_end_ms));
+			values[7] = CStringGetTextDatum(h->lost ? "lost" :
+											h->lease_end_ms < now ? "expired" : "held");
+			values[8] = CStringGetTextDatum(h->owner);
+			values[9] = BoolGetDatum(true);
+			nulls[10] = true;
+			values[11] = ObjectIdGetDatum(h->datid);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	for (int i = 0; i < nwaits; i++)
+	{
+		RwWaiterRow *w = &waits[i];
+		Datum		values[12];
+		bool		nulls[12] = {0};
+
+		values[0] = Int32GetDatum(w->pid);
+		values[1] = CStringGetTextDatum(w->name);
+		values[2] = CStringGetTextDatum(w->mode == RW_WRITE ? "write" : "read");
+		values[3] = CStringGetTextDatum(w->level == RW_SESSION ? "session" : "xact");
+		nulls[4] = nulls[5] = nulls[6] = true;
+		values[7] = CStringGetTextDatum("waiting");
+		values[8] = CStringGetTextDatum(w->owner);
+		values[9] = BoolGetDatum(false);
+		values[10] = TimestampTzGetDatum(w->waitstart);
+		values[11] = ObjectIdGetDatum(w->datid);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * redis_blocking_pids(pid): the sessions of this server that pid waits for
+ * in its Redis lock wait (holders, and writers queued ahead of it), as
+ * pg_blocking_pids; empty when it does not wait.
+ */
+PG_FUNCTION_INFO_V1(redis_blocking_pids);
+Datum
+redis_blocking_pids(PG_FUNCTION_ARGS)
+{
+	char	  **owners;
+	int			n;
+	Datum	   *elems;
+	int			nelems = 0;
+
+	rw_operation_begin();
+	(void) rw_deadlock_blockers(PG_GETARG_INT32(0), &owners, &n);
+	rw_operation_end();
+	elems = palloc(sizeof(Datum) * (n + 1));
+	for (int i = 0; i < n; i++)
+	{
+		int			pid = rw_owner_local_pid(owners[i]);
+
+		if (pid > 0)
+			elems[nelems++] = Int32GetDatum(pid);
+	}
+	PG_RETURN_POINTER(construct_array(elems, nelems, INT4OID, 4, true,
+									  TYPALIGN_INT));
+}
+
+/*
+ * redis_blocking_owners(pid): the owner ids of all that pid waits for,
+ * wherever they are (sessions of other servers, clients); empty when it
+ * does not wait.
+ */
+PG_FUNCTION_INFO_V1(redis_blocking_owners);
+Datum
+redis_blocking_owners(PG_FUNCTION_ARGS)
+{
+	char	  **owners;
+	int			n;
+
+	rw_operation_begin();
+	(void) rw_deadlock_blockers(PG_GETARG_INT32(0), &owners, &n);
+	rw_operation_end();
+	return introspect_owners(owners, n);
+}

@@ -91,6 +91,7 @@ typedef struct RwSlot
 	uint8		modes[2];		/* strongest RwMode per RwLevel */
 	int			next_free;
 	int			pid;
+	Oid			datid;
 	int			lease_ms;
 	uint64		gen;
 	int64		token;
@@ -364,6 +365,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 		shared->free_head = s->next_free;
 		s->in_use = true;
 		s->pid = MyProcPid;
+		s->datid = MyDatabaseId;
 		s->modes[0] = s->modes[1] = RW_NONE;
 		strlcpy(s->owner, owner, sizeof(s->owner));
 		strlcpy(s->url, url, sizeof(s->url));
@@ -1104,6 +1106,43 @@ rw_renewer_main(Datum arg)
 /* ---------------------------------------------------------------------
  * SQL: redis_locks
  * --------------------------------------------------------------------- */
+
+/*
+ * Every published hold, copied under the lock (redis_locks of version 1.2,
+ * introspect.c).
+ */
+int
+rw_keeper_rows(RwKeeperRow **rows)
+{
+	int			n = 0;
+
+	*rows = NULL;
+	if (shared == NULL)
+		return 0;
+	*rows = palloc(sizeof(RwKeeperRow) * (shared->nslots + 1));
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		RwSlot	   *s = &shared->slots[i];
+		RwKeeperRow *r = &(*rows)[n];
+
+		if (!s->in_use)
+			continue;
+		r->pid = s->pid;
+		r->datid = s->datid;
+		r->modes[0] = s->modes[0];
+		r->modes[1] = s->modes[1];
+		r->lost = s->lost;
+		r->token = s->token;
+		r->acquired = s->acquired;
+		r->lease_end_ms = (int64) pg_atomic_read_u64(&s->renewed) + s->lease_ms;
+		r->owner = pstrdup(s->owner);
+		r->name = pstrdup(s->name);
+		n++;
+	}
+	LWLockRelease(shared->lock);
+	return n;
+}
 
 /* A copy of one slot, taken under the lock, for the view. */
 typedef struct SlotRow

@@ -1015,6 +1015,8 @@ conn_connect_once(RwConn *conn, int64 deadline, RwError *err)
 		explicit_bzero(password, strlen(password));
 		pfree(password);
 	}
+	if (user != NULL && user != ep->user)
+		pfree(user);			/* the password file's, for this connection */
 	if (ok && conn->opens > 1)
 		rw_stat_add(RW_STAT_RECONNECTS, 1);
 	if (!ok && (err->kind == RW_ERR_TIMEOUT || err->kind == RW_ERR_LOST))

@@ -9,10 +9,17 @@
  *	  functions.c  every SQL entry point, argument checks, _PG_init
  *	  introspect.c the SQL entry points that ask Redis: redis_lock_info,
  *	               redis_connection_info (with functions.c's rw_name_arg);
- *	               and redis_lock_stats, from stats.c
+ *	               redis_lock_stats, from stats.c; redis_locks (holders
+ *	               from keeper.c, waiters from deadlock.c) and the
+ *	               blockers functions, from deadlock.c
  *	  held.c       lock and unlock, stacking, transaction, subtransaction,
  *	               DISCARD ALL and exit callbacks
- *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancel
+ *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancel;
+ *	               asks deadlock.c at each wake-up of a wait
+ *	  deadlock.c   a wait made visible: waiter rows of redis_locks (shared
+ *	               memory), lock-wait logs, its wait-for key in Redis, the
+ *	               walk of the wait-for graph after deadlock_timeout, the
+ *	               victim; blockers for redis_blocking_pids
  *	  release.c    releases owed to Redis: sent and unanswered, to send
  *	               again; settled before a name is taken again
  *	  renew.c      when and how a session renews its own leases
@@ -53,9 +60,9 @@
  *	               loaded
  *	  stats.c      counters per database in shared memory (redis_lock_stats);
  *	               any file above may count, it calls none of them
- *	  url.c        parsing rwlock.redis_url, a node's spec, the password
- *	               file (guc.c validates with it, redis_conn.c
- *	               authenticates with it)
+ *	  url.c        parsing rwlock.redis_url and a node's spec (guc.c
+ *	               validates with it)
+ *	  passfile.c   the password file (redis_conn.c authenticates with it)
  *
  *-------------------------------------------------------------------------
  */
@@ -209,11 +216,16 @@ extern bool rw_parse_url(const char *spec, RwEndpoint *ep, char **why);
 extern const char *rw_tls_verify_name(RwTlsVerify v);
 extern bool rw_check_url(const char *url, char **why);
 extern char *rw_current_spec(void);
-extern bool rw_password_lookup(const RwEndpoint *ep, char **user,
-							   char **password, char *why, size_t whylen);
 extern const char *rw_endpoint_where(const RwEndpoint *ep);
 extern void rw_endpoint_set_addr(RwEndpoint *ep, const char *host, int port);
 extern bool rw_may_see_url(void);
+
+/* ---- passfile.c ---- */
+
+extern bool rw_password_lookup(const RwEndpoint *ep, char **user,
+							   char **password, char *why, size_t whylen);
+extern void rw_passfile_match(const RwEndpoint *ep, const char *contents,
+							  char **user, char **password);
 
 /* ---- redis_conn.c ---- */
 
@@ -360,6 +372,8 @@ typedef enum RwScriptId
 	RW_SCRIPT_RENEW,
 	RW_SCRIPT_INFO,
 	RW_SCRIPT_FENCE,
+	RW_SCRIPT_WAITS,
+	RW_SCRIPT_MARK,
 	RW_NSCRIPTS
 } RwScriptId;
 
@@ -553,6 +567,22 @@ extern void rw_keeper_set_modes(int slot, RwMode session_mode, RwMode xact_mode)
 extern bool rw_keeper_state(int slot, int64 *renewed_ms);
 extern void rw_keeper_renewed(int slot, int64 renewed_ms, bool lost);
 
+/* A published hold, copied for redis_locks (rw_keeper_rows). */
+typedef struct RwKeeperRow
+{
+	int			pid;
+	Oid			datid;
+	uint8		modes[2];		/* strongest RwMode per RwLevel */
+	bool		lost;
+	int64		token;
+	TimestampTz acquired;
+	int64		lease_end_ms;	/* monotonic */
+	char	   *owner;
+	char	   *name;
+} RwKeeperRow;
+
+extern int	rw_keeper_rows(RwKeeperRow **rows);
+
 /* ---- route.c ---- */
 
 /*
@@ -717,6 +747,30 @@ extern bool rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 							int64 *token, int64 *since, bool *lost);
 extern void rw_wait_done(void);
 extern void rw_abandon_wait(void);
+
+/* ---- deadlock.c ---- */
+
+/* A waiting session, copied for redis_locks (rw_deadlock_waiters). */
+typedef struct RwWaiterRow
+{
+	int			pid;
+	Oid			datid;
+	RwMode		mode;
+	RwLevel		level;
+	TimestampTz waitstart;
+	char	   *owner;
+	char	   *name;
+} RwWaiterRow;
+
+extern void rw_deadlock_init(void);
+extern void rw_deadlock_set_level(RwLevel level);
+extern bool rw_deadlock_tick(RwNode *node, const RwKeys *keys,
+							 const char *name, RwMode mode, int64 *sleep_ms);
+extern void rw_deadlock_wait_end(bool granted);
+extern void rw_deadlock_report(void) pg_attribute_noreturn();
+extern int	rw_deadlock_waiters(RwWaiterRow **rows);
+extern bool rw_deadlock_blockers(int pid, char ***owners, int *nowners);
+extern int	rw_owner_local_pid(const char *owner);
 
 /* ---- functions.c ---- */
 extern void rw_name_arg(FunctionCallInfo fcinfo, char *buf);

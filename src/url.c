@@ -7,7 +7,7 @@
  *	  redis+cluster:// (and their rediss+ forms: a list of sentinels or
  *	  cluster nodes); several redis://, rediss:// or unix:// URLs separated
  *	  by white space (quorum mode, quorum.c: an odd number, at least 3); a
- *	  node's spec; the password file.
+ *	  node's spec. The password file is passfile.c's.
  *
  * A node's spec is the URL followed by the settings a connection to it
  * uses, tab-separated: rwlock.password_file, and for a rediss:// URL also
@@ -22,25 +22,11 @@
  * AUTH) and a display form of the URL without the password, shown only to
  * roles that may read rwlock.redis_url (rw_endpoint_where).
  *
- * The password file (rwlock.password_file), after libpq's .pgpass: lines of
- *	  host:port:user:password
- * '#' starts a comment line; '\' escapes ':' and '\'. host is the URL's
- * host as written (for unix://, the socket's path), port a number; '*'
- * matches anything in either. user '*' matches any user; a user name
- * matches a URL with that user, or a URL with none (AUTH then names that
- * user, so even the user name stays out of the URL); an empty user matches
- * only a URL with none. The first matching line wins; a password in the
- * URL wins over the file. The file must be a regular file that neither
- * group nor others may access (mode 0600 or 0400), or it is refused.
- *
  *-------------------------------------------------------------------------
  */
 #include "rwlock.h"
 
 #include <ctype.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "catalog/pg_authid.h"
 #include "miscadmin.h"
@@ -49,8 +35,12 @@
 #include "utils/acl.h"
 #include "utils/memutils.h"
 
-#define PASSFILE_MAX (64 * 1024)
+#define URL_NUL_WHY "A URL must not encode a NUL byte (%00): the user name, password or master name would end there."
 
+/*
+ * The len bytes at s with each %XX decoded, palloc'd; NULL if one is %00,
+ * which would cut the string short there (a password silently truncated).
+ */
 static char *
 url_percent_decode(const char *s, int len)
 {
@@ -64,7 +54,12 @@ url_percent_decode(const char *s, int len)
 		{
 			char		hex[3] = {s[i + 1], s[i + 2], 0};
 
-			out[o++] = (char) strtol(hex, NULL, 16);
+			out[o] = (char) strtol(hex, NULL, 16);
+			if (out[o++] == '\0')
+			{
+				pfree(out);
+				return NULL;
+			}
 			i += 2;
 		}
 		else
@@ -94,9 +89,13 @@ url_parse_userinfo(const char *s, const char *end, RwEndpoint *ep, char **why)
 			*why = "A user name needs a password: user:password@ (or give the password in rwlock.password_file and no user name in the URL).";
 			return NULL;
 		}
-		if (colon > s)
-			ep->user = url_percent_decode(s, colon - s);
-		ep->password = url_percent_decode(colon + 1, at - colon - 1);
+		if ((colon > s &&
+			 (ep->user = url_percent_decode(s, colon - s)) == NULL) ||
+			(ep->password = url_percent_decode(colon + 1, at - colon - 1)) == NULL)
+		{
+			*why = URL_NUL_WHY;
+			return NULL;
+		}
 	}
 	return at + 1;
 }
@@ -300,6 +299,11 @@ url_parse_sentinel(const char *s, RwEndpoint *ep, char **why)
 	name = end + 1;
 	name_end = name + strcspn(name, "/");
 	ep->master_name = url_percent_decode(name, name_end - name);
+	if (ep->master_name == NULL)
+	{
+		*why = URL_NUL_WHY;
+		return false;
+	}
 	if (*name_end == '/' && name_end[1] != '\0' &&
 		!url_parse_int(name_end + 1, strlen(name_end + 1), 0, 1000000, &ep->db))
 	{
@@ -654,165 +658,4 @@ rw_may_see_url(void)
 {
 	return IsTransactionState() &&
 		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
-}
-
-/* ---------------------------------------------------------------------
- * The password file
- * --------------------------------------------------------------------- */
-
-/*
- * The next field of a line: up to an unescaped ':' (or the end, if last),
- * unescaped into out. Returns where the next field starts, or NULL if the
- * line has no more fields.
- */
-static char *
-passfile_field(char *p, char *out, bool last)
-{
-	int			o = 0;
-
-	for (; *p; p++)
-	{
-		if (*p == '\\' && p[1] != '\0')
-			p++;
-		else if (*p == ':' && !last)
-		{
-			out[o] = '\0';
-			return p + 1;
-		}
-		out[o++] = *p;
-	}
-	out[o] = '\0';
-	return last ? p : NULL;
-}
-
-static bool
-passfile_host_matches(const RwEndpoint *ep, const char *host)
-{
-	if (strcmp(host, "*") == 0)
-		return true;
-	if (ep->is_unix)
-		return strcmp(host, ep->path) == 0;
-	if (strcmp(host, ep->host) == 0)
-		return true;
-	/* An IPv6 address may be written in brackets, as in the URL. */
-	return host[0] == '[' && strlen(host) == strlen(ep->host) + 2 &&
-		strncmp(host + 1, ep->host, strlen(ep->host)) == 0;
-}
-
-static bool
-passfile_port_matches(const RwEndpoint *ep, const char *port)
-{
-	char		buf[16];
-
-	if (strcmp(port, "*") == 0)
-		return true;
-	if (ep->is_unix)
-		return port[0] == '\0';
-	snprintf(buf, sizeof(buf), "%d", ep->port);
-	return strcmp(port, buf) == 0;
-}
-
-/*
- * The user and password for AUTH from the endpoint's password file, if it
- * has one and the URL gives no password: *password is NULL when no line
- * matches (or there is no file). False, with *why, if the file cannot be
- * used; why never quotes the file's path or contents. Never throws but on
- * out of memory.
- */
-bool
-rw_password_lookup(const RwEndpoint *ep, char **user, char **password,
-				   char *why, size_t whylen)
-{
-	struct stat st;
-	int			fd;
-	char	   *buf;
-	ssize_t		n;
-	ssize_t		got = 0;
-	char	   *line;
-	char	   *next;
-
-	*user = ep->user;
-	*password = ep->password;
-	if (ep->password != NULL || ep->password_file == NULL)
-		return true;
-
-	fd = open(ep->password_file, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-	{
-		snprintf(why, whylen, "could not open rwlock.password_file: %s",
-				 strerror(errno));
-		return false;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-	{
-		snprintf(why, whylen, "rwlock.password_file is not a regular file");
-		close(fd);
-		return false;
-	}
-	if (st.st_mode & (S_IRWXG | S_IRWXO))
-	{
-		snprintf(why, whylen,
-				 "rwlock.password_file is refused: group or others may access it (mode %04o; it must be 0600 or less)",
-				 (unsigned) (st.st_mode & 07777));
-		close(fd);
-		return false;
-	}
-	if (st.st_size > PASSFILE_MAX)
-	{
-		snprintf(why, whylen, "rwlock.password_file is larger than %d bytes",
-				 PASSFILE_MAX);
-		close(fd);
-		return false;
-	}
-	buf = palloc(st.st_size + 1);
-	while (got < st.st_size &&
-		   ((n = read(fd, buf + got, st.st_size - got)) > 0 ||
-			(n < 0 && errno == EINTR)))
-		got += n > 0 ? n : 0;
-	close(fd);
-	buf[got] = '\0';
-
-	for (line = buf; line != NULL && *line; line = next)
-	{
-		char	   *end = strchr(line, '\n');
-		size_t		len = end ? end - line : strlen(line);
-		char	   *f = palloc(len + 1);
-		char	   *host = palloc(len + 1);
-		char	   *port = palloc(len + 1);
-		char	   *fuser = palloc(len + 1);
-		char	   *fpass = palloc(len + 1);
-		char	   *p;
-		bool		match;
-
-		next = end ? end + 1 : NULL;
-		memcpy(f, line, len);
-		f[len] = '\0';
-		if (len > 0 && f[len - 1] == '\r')
-			f[--len] = '\0';
-		if (len == 0 || f[0] == '#')
-			continue;
-		if ((p = passfile_field(f, host, false)) == NULL ||
-			(p = passfile_field(p, port, false)) == NULL ||
-			(p = passfile_field(p, fuser, false)) == NULL)
-			continue;			/* not a line of four fields */
-		passfile_field(p, fpass, true);
-		match = passfile_host_matches(ep, host) &&
-			passfile_port_matches(ep, port);
-		if (match && ep->user != NULL)
-			match = strcmp(fuser, "*") == 0 || strcmp(fuser, ep->user) == 0;
-		if (match)
-		{
-			if (ep->user == NULL && fuser[0] != '\0' && strcmp(fuser, "*") != 0)
-				*user = pstrdup(fuser);
-			*password = pstrdup(fpass);
-			explicit_bzero(fpass, len + 1);
-			explicit_bzero(f, len + 1);
-			break;
-		}
-		explicit_bzero(fpass, len + 1);
-		explicit_bzero(f, len + 1);
-	}
-	explicit_bzero(buf, got);
-	pfree(buf);
-	return true;
 }

@@ -160,6 +160,7 @@ wait_end(bool withdraw)
 	if (!wait_state.active)
 		return;
 	wait_state.active = false;
+	rw_deadlock_wait_end(!withdraw);
 	if (wait_state.subscribed)
 		wait_unsubscribe();
 	if (withdraw && wait_state.intent)
@@ -174,6 +175,8 @@ wait_end(bool withdraw)
 void
 rw_abandon_wait(void)
 {
+	if (wait_state.active)
+		rw_stat_add(RW_STAT_CANCELS, 1);
 	wait_end(true);
 }
 
@@ -389,6 +392,7 @@ wait_sleep(long timeout_ms)
 static void
 wait_report_upgrade_conflict(const char *name, const char *other)
 {
+	rw_stat_add(RW_STAT_UPGRADE_CONFLICTS, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 			 errmsg("deadlock detected"),
@@ -400,6 +404,7 @@ wait_report_upgrade_conflict(const char *name, const char *other)
 static void
 wait_report_lock_timeout(const char *name, RwMode mode)
 {
+	rw_stat_add(RW_STAT_TIMEOUTS, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("canceling statement due to lock timeout"),
@@ -713,6 +718,16 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			if (timeout_is_error)
 				wait_report_lock_timeout(name, mode);
 			return false;
+		}
+		/*
+		 * A wait, from its first busy answer; past deadlock_timeout, its logs
+		 * and the wait-for graph (deadlock.c).
+		 */
+		if (rw_deadlock_tick(node, keys, name, mode, &result))
+		{
+			wait_end(true);
+			rw_conn_restore(cap);
+			rw_deadlock_report();
 		}
 		if (!wait_state.subscribed)
 		{

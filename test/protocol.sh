@@ -388,6 +388,34 @@ for q in $(grep -Eo '^ *"[0-9a-f]{40}"$' docs/protocol.md | tr -d ' "'); do
   check "docs/protocol.md: SCRIPT LOAD's answer $q is a script's SHA1" "yes" "$(sha1sum lua/*.lua | grep -q "^$q " && echo yes || echo no)"
 done
 
+# waits.lua and mark.lua: deadlock detection (docs/protocol.md 18).
+redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+run acquire $V d1 r 30000 0 600000 >/dev/null
+run acquire $V d2 r 30000 0 600000 >/dev/null
+run acquire $V d3 w 30000 2000 600000 >/dev/null          # waits behind d1, d2
+sleep 0.002
+run acquire $V d4 w 30000 2000 600000 >/dev/null          # behind d3 too
+run acquire $V d5 r 30000 2000 600000 >/dev/null          # a reader behind d3
+check "waits: a writer waits for the readers"       "1 d1 d2"    "$(run waits $V d3 w)"
+check "waits: a second writer for them and the first" "1 d1 d2 d3" "$(run waits $V d4 w)"
+check "waits: a reader for the first queued writer"  "1 d3"       "$(run waits $V d5 r)"
+check "waits: a holder that does not wait here"      "0"          "$(run waits $V d1 w)"
+run release $V d3 q 0 600000 >/dev/null
+check "waits: a withdrawn intent is no wait"         "0"          "$(run waits $V d3 w)"
+for o in d1 d2 d4 d5; do run release $V $o '' 0 600000 >/dev/null; done
+WK='rw:wait:{d3}'
+redis-cli -p "$PORT" set "$WK" "2 w n1 rw:{a}" px 10000 >/dev/null
+mark() { redis-cli -p "$PORT" --eval lua/mark.lua "$WK" , $V "$@" | tr '\n' ' ' | sed 's/ $//'; }
+check "mark: another wait's value is not marked"     "0"          "$(mark "2 w n0 rw:{a}" "cycle")"
+check "mark: the value read is marked"               "1"          "$(mark "2 w n1 rw:{a}" "cycle")"
+check "mark: the key says so, the cycle after it"    "!2 w n1 rw:{a}*cycle" "$(redis-cli -p "$PORT" get "$WK" | tr '\n' ' ' | sed 's/ $//')"
+check "mark: the time to live is kept"               "yes"        "$([ "$(redis-cli -p "$PORT" pttl "$WK")" -gt 5000 ] && echo yes || echo no)"
+check "mark: the victim sees it in SET ... GET"      "!2 w n1 rw:{a}*" "$(redis-cli -p "$PORT" set "$WK" "2 w n1 rw:{a}" px 10000 get | tr '\n' ' ')"
+redis-cli -p "$PORT" del "$WK" >/dev/null
+check "mark: an ended wait is not marked"            "0"          "$(mark "2 w n1 rw:{a}" "cycle")"
+check "mark: and nothing is written"                 "0"          "$(redis-cli -p "$PORT" exists "$WK")"
+check "mark: another version is refused"             "*RWLOCK_VERSION*" "$(mark "1 w n1 rw:{a}" "cycle" 2>&1)"
+
 redis-cli -p "$PORT" hset 'rw:{a}' v 1 >/dev/null
 check "protocol version mismatch"        "*RWLOCK_VERSION*is protocol 1*speaks 2*" "$(run acquire $V o7 w 30000 0 600000 2>&1)"
 

@@ -264,7 +264,7 @@ class Driver:
         cur = self.control.cursor()
         pids = [s.pid for s in self.sessions]
         cur.execute("SELECT pid, name, mode, level, token, lease_state FROM redis_locks "
-                    "WHERE pid = ANY(%s)", (pids,))
+                    "WHERE granted AND pid = ANY(%s)", (pids,))
         got = {}
         for pid, name, mode, level, token, lease in cur.fetchall():
             got[(pid, name, mode[0], level)] = (token, lease)

@@ -16,8 +16,11 @@
 # CHAOS_DURATION, default 30 s), the same in quorum mode (three masters, each
 # fault on one of them) and on a Redis Cluster (slot moves among the faults),
 # the model-based random test of the SQL API (test/random_api.py, its own
-# Redis on 6393 if free), and the TAP suite (test/tap.sh: its own Redis
-# servers on 6382-6389, its own clusters, and pgbouncer in t/011).
+# Redis on 6393 if free), the TAP suite (test/tap.sh: its own Redis
+# servers on 6382-6389, its own clusters, and pgbouncer in t/011), the
+# pg_regress and isolation suites again with rwlock built with ASan and UBSan
+# (verify/memcheck.sh: its own namespace, Redis and server), and the URL and
+# password-file parsers fuzzed (verify/fuzz.sh, FUZZ_SECONDS each, default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/redis.sh
@@ -59,4 +62,6 @@ CHAOS_CLUSTER=1 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 pg_virtualenv -t -o shared_preload_libraries=rwlock /usr/bin/python3 test/random_api.py \
   --skip-known EXITLATE || status=1
 bash test/tap.sh || status=1
+bash verify/memcheck.sh || status=1
+FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash verify/fuzz.sh || status=1
 exit $status

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # install-deps.sh: install, as root on Debian 12, what building rwlock and
-# running its tests, demo and benchmarks need. Packages already there are
+# running its tests, demo and benchmarks need (clang and its runtimes for
+# verify/memcheck.sh and verify/fuzz.sh, spin for verify/spin.sh). Packages already there are
 # skipped, so a second run is quick and needs no network.
 set -euo pipefail
 pkgs="build-essential postgresql-15 postgresql-server-dev-15 libhiredis-dev
       redis-server redis-tools libipc-run-perl python3-redis python3-psycopg2
       gnuplot-nox iproute2 faketime pgbouncer libssl-dev openssl
-      python3-venv python3-setuptools python3-pip"
+      python3-venv python3-setuptools python3-pip
+      clang libclang-rt-14-dev spin"
 need=""
 for p in $pkgs; do
   dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"

@@ -21,6 +21,8 @@ export interface LocksOptions {
   waitReplicas?: number;
   /** WAIT's timeout, ms. Default 100. */
   waitReplicasTimeout?: number;
+  /** A wait this long says in Redis what it waits for (deadlock detection, docs/protocol.md 18), ms. Default 1000; null: never. */
+  deadlockTimeout?: number | null;
 }
 
 export interface LockOptions {
@@ -107,10 +109,16 @@ export declare class Lock extends EventEmitter {
 export declare class RWLockError extends Error {}
 export declare class ProtocolVersionError extends RWLockError {}
 export declare class LockTimeout extends RWLockError {}
-/** Reserved for the deadlock detection to come; UpgradeConflict is one. */
+/** Waiting could never end: UpgradeConflict, DeadlockDetected. */
 export declare class Deadlock extends RWLockError {}
 export declare class UpgradeConflict extends Deadlock {
   readonly other: string;
+}
+/** This holder's wait closed a cycle of waits and was chosen to give up (docs/protocol.md 18). */
+export declare class DeadlockDetected extends Deadlock {
+  readonly lock: string;
+  /** One line per wait of the cycle: "<owner> <r|w> <blocked by owner> <lock key>". */
+  readonly cycle: string;
 }
 export declare class LockLost extends RWLockError {
   readonly lock: string;
@@ -134,6 +142,9 @@ export declare const ReplicasNotAcknowledgedError: typeof ReplicasNotAcknowledge
 export declare type ReplicasNotAcknowledgedError = ReplicasNotAcknowledged;
 export declare const ReadLockLostError: typeof ReadLockLost;
 export declare type ReadLockLostError = ReadLockLost;
+/** Another name of DeadlockDetected, as the names above. */
+export declare const DeadlockDetectedError: typeof DeadlockDetected;
+export declare type DeadlockDetectedError = DeadlockDetected;
 
 export interface ParsedRedisUrl {
   kind: 'redis' | 'cluster';

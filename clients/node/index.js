@@ -40,8 +40,8 @@ class RWLockError extends Error {
 class ProtocolVersionError extends RWLockError {}
 /** acquire() ran out of time. */
 class LockTimeout extends RWLockError {}
-/** Waiting could never end: the waiters wait for each other. Reserved for
- *  the deadlock detection to come; UpgradeConflict is the one known today. */
+/** Waiting could never end: the waiters wait for each other
+ *  (UpgradeConflict, DeadlockDetected). */
 class Deadlock extends RWLockError {}
 /** Two readers of one name both wait to upgrade: this one gives up. */
 class UpgradeConflict extends Deadlock {
@@ -58,6 +58,17 @@ class LockLost extends RWLockError {
     super(`lock ${JSON.stringify(name)} (owner ${owner}) was lost while held: ` +
       'others may have held it meanwhile');
     Object.assign(this, { lock: name, owner });
+  }
+}
+/** This holder's wait closed a cycle of waits (sessions of any server,
+ *  clients) and was chosen to give up (docs/protocol.md 18); its intent or
+ *  mark is withdrawn. cycle: one line per wait, "<owner> <r|w> <blocked by
+ *  owner> <lock key>". */
+class DeadlockDetected extends Deadlock {
+  constructor(name, cycle) {
+    super(`deadlock detected while waiting for lock ${JSON.stringify(name)}: ` +
+      cycle.split('\n').join('; '));
+    Object.assign(this, { lock: name, cycle });
   }
 }
 /** upgrade() found that Redis no longer has this holder's read lock (its
@@ -87,6 +98,7 @@ const LockTimeoutError = LockTimeout;
 const UpgradeConflictError = UpgradeConflict;
 const ReplicasNotAcknowledgedError = ReplicasNotAcknowledged;
 const ReadLockLostError = ReadLockLost;
+const DeadlockDetectedError = DeadlockDetected;
 
 const now = () => performance.now();
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
@@ -338,7 +350,9 @@ class Locks {
    * @param redis an ioredis Redis (also one made for Sentinel) or Cluster
    * @param options prefix (the extension's rwlock.key_prefix), lease (ms, the
    *   extension's rwlock.lease), luaDir, subscribeTimeout (ms), waitReplicas,
-   *   waitReplicasTimeout (ms)
+   *   waitReplicasTimeout (ms), deadlockTimeout (ms, default 1000: a wait
+   *   this long says in Redis what it waits for, so that deadlocks through
+   *   it are found; null: never)
    */
   constructor(redis, options = {}) {
     const prefix = options.prefix === undefined ? 'rwlock' : options.prefix;
@@ -351,6 +365,7 @@ class Locks {
     if (!(this.lease > 0)) throw new TypeError('lease must be positive (ms)');
     this.waitReplicas = options.waitReplicas || 0;
     this.waitReplicasTimeout = options.waitReplicasTimeout || 100;
+    this.deadlockTimeout = options.deadlockTimeout === undefined ? 1000 : options.deadlockTimeout;
     this.scripts = loadScripts(options.luaDir);
     this.ownerPrefix = `node:${os.hostname().slice(0, 40)}:${process.pid}`;
     this.subscriber = new Subscriber(redis, options.subscribeTimeout || 2000);
@@ -635,6 +650,18 @@ class Lock extends EventEmitter {
     let woken = false;
     let wake = null;
     let done = false;
+    // Deadlock detection (docs/protocol.md 18): once waiting that long, say
+    // what we wait for, again each deadlockTimeout; a mark left there by a
+    // deadlock's finder makes this wait its victim.
+    const waitKey = `${L.prefix}:wait:{${encodeName(this.owner)}}`;
+    const waitValue = `${PROTOCOL_VERSION} ${mode} ${crypto.randomBytes(4).toString('hex')} ` +
+      lockKeys(L.prefix, this.name)[0];
+    let checkAt = null;
+    let published = false;
+    const dropWait = async () => {
+      if (published) await L.redis.del(waitKey).catch(() => {});
+      published = false;
+    };
     try {
       for (;;) {
         const sent = now();
@@ -642,6 +669,7 @@ class Lock extends EventEmitter {
         if (status === GRANTED) {
           done = true;
           this._granted(mode, value, sent);
+          await dropWait();
           return true;
         }
         if (status === UNACKED) {
@@ -666,7 +694,24 @@ class Lock extends EventEmitter {
         if (deadline !== null && t >= deadline) {
           done = true;
           if (withdraw) await L._release(this.name, this.owner, 'q');
+          await dropWait();
           return false;
+        }
+        if (intent && L.deadlockTimeout) {
+          if (checkAt === null) checkAt = t + L.deadlockTimeout;
+          else if (t >= checkAt) {
+            const ttl = Math.max(3 * L.deadlockTimeout, 2 * INTENT_MS);
+            const old = await L.redis.set(waitKey, waitValue, 'PX', Math.round(ttl), 'GET');
+            published = true;
+            checkAt = now() + L.deadlockTimeout;
+            const head = `!${waitValue}\n`;
+            if (old != null && String(old).startsWith(head)) {
+              done = true;
+              await L._release(this.name, this.owner, 'q');
+              await dropWait();
+              throw new DeadlockDetected(this.name, String(old).slice(head.length));
+            }
+          }
         }
         if (!unlisten) {
           // Listen first, then try again before any sleep, so a release
@@ -681,6 +726,7 @@ class Lock extends EventEmitter {
         if (intent) wait = Math.min(wait, intent / 2); // keep our mark alive
         if (deadline !== null) wait = Math.min(wait, deadline - t);
         if (!unlisten) wait = Math.min(wait, POLL_MS);
+        if (checkAt !== null) wait = Math.max(0, Math.min(wait, checkAt - t));
         if (!woken) {
           await new Promise((resolve) => {
             const timer = setTimeout(resolve, wait);
@@ -698,6 +744,7 @@ class Lock extends EventEmitter {
         // The connection failed with a call in flight: undo whatever may have
         // been granted, withdraw the intent (owed if it fails too).
         await L._release(this.name, this.owner, undo, leaseMs).catch(() => {});
+        await dropWait();
       }
       throw e;
     } finally {
@@ -836,6 +883,7 @@ class Lock extends EventEmitter {
 module.exports = {
   PROTOCOL_VERSION, INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, SCRIPTS,
   Locks, Lock, RWLockError, ProtocolVersionError, LockTimeout, Deadlock,
+  DeadlockDetected, DeadlockDetectedError,
   UpgradeConflict, LockLost, ReadLockLost, NotHeld, AlreadyHeld, ReplicasNotAcknowledged,
   LockTimeoutError, UpgradeConflictError, ReplicasNotAcknowledgedError, ReadLockLostError,
   encodeName, lockKeys, loadScripts, defaultLuaDir, parseRedisUrl,

@@ -48,6 +48,7 @@ function errorKind(e) {
   if (e instanceof rw.ProtocolVersionError) return 'version';
   if (e instanceof rw.LockTimeout) return 'timeout';
   if (e instanceof rw.UpgradeConflict) return 'conflict';
+  if (e instanceof rw.DeadlockDetected) return 'deadlock';
   if (e && /connect|closed|timed out|ECONN|EPIPE|MaxRetries|Connection/i.test(`${e.name} ${e.message}`)) return 'connection';
   return 'other';
 }
@@ -57,6 +58,7 @@ const ops = {
   new: async (req) => {
     const make = req.mode === 'w' ? 'writeLock' : 'readLock';
     const lk = locks[make](req.name, { lease: sec(req.lease) });
+    if (req.owner) lk.owner = req.owner; // one holder in two lock objects
     lk.on('lost', () => {
       lostEvents.set(req.lock, (lostEvents.get(req.lock) || 0) + 1);
       emit({ event: 'lost', lock: req.lock });

@@ -47,6 +47,8 @@ def error_kind(e):
         return "timeout"
     if isinstance(e, rw.UpgradeConflict):
         return "conflict"
+    if isinstance(e, rw.DeadlockDetected):
+        return "deadlock"
     if isinstance(e, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
         return "connection"
     return "other"
@@ -67,6 +69,8 @@ class Agent:
             emit({"event": "lost", "lock": h})
         make = self.client.write_lock if req["mode"] == "w" else self.client.read_lock
         lk = make(req["name"], lease=req.get("lease"), on_lost=on_lost)
+        if req.get("owner"):
+            lk.owner = req["owner"]     # one holder in two lock objects
         self.locks[req["lock"]] = lk
         return {"owner": lk.owner}
 

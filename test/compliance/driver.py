@@ -204,11 +204,13 @@ class Agent:
             raise AgentError(reply)
         return reply
 
-    def lock(self, name, mode, lease=None):
-        """A new lock object in the agent: a Handle."""
+    def lock(self, name, mode, lease=None, owner=None):
+        """A new lock object in the agent: a Handle (owner: that of another,
+        so that one holder holds and waits)."""
         self.handles += 1
         h = "L%d" % self.handles
-        owner = self.call("new", lock=h, name=name, mode=mode, lease=lease)["owner"]
+        owner = self.call("new", lock=h, name=name, mode=mode, lease=lease,
+                          owner=owner)["owner"]
         return Handle(self, h, name, owner)
 
     def kill(self):
@@ -365,7 +367,7 @@ class Suite:
                      self.sharing, self.upgrade_downgrade, self.fifo,
                      self.readers_turn, self.fencing,
                      self.killed_holder, self.renewal, self.lost, self.noscript,
-                     self.version, self.owed_release):
+                     self.version, self.owed_release, self.deadlock):
             if self.srv.cluster and case == self.owed_release:
                 self.res.skip("owed_release", "its TCP proxy stands in front of one "
                               "server, and a cluster's redirections name the real nodes, "
@@ -422,6 +424,54 @@ class Suite:
         q(s1, "SELECT redis_unlock(%s)", name)
         check("client acquires once SQL unlocked", p.try_() is True)
         p.release()
+
+    # a deadlock between a client and a SQL session (docs/protocol.md 18): the
+    # client holds n1 and waits for n2, the session holds n2 and waits for n1;
+    # the member with the greatest owner id fails (the client with
+    # DeadlockDetected, or the session with 40P01), the other goes on
+    def deadlock(self):
+        s1, check = self.s1, self.check
+        n1, n2 = self.name("dl1"), self.name("dl2")
+        held = self.a.lock(n1, "w")
+        held.acquire(5)
+        q(s1, "SELECT redis_wlock(%s)", n2)
+        sql_owner = q(s1, "SELECT owner FROM redis_connection_info() WHERE current")
+        waiter = self.a.lock(n2, "w", owner=held.owner)
+        pend = waiter.start_acquire(20)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        bg = Bg(lambda: q(s1, "SELECT redis_wlock(%s)", n1))
+        client_victim = held.owner > sql_owner
+        wait_until(lambda: pend.done or bg.done_ns is not None, 15)
+        el = time.monotonic() - t0
+        if client_victim:
+            reply = pend.wait(1) if pend.done else {"ok": None}
+            check("the cycle is broken: the client (greatest owner id) raises its "
+                  "deadlock error", reply.get("ok") is False and reply.get("error") == "deadlock",
+                  str(reply))
+            check("naming the cycle", "deadlock detected" in str(reply.get("message")),
+                  str(reply.get("message")))
+            check("within a few seconds", el < 5.0, "%.2f s" % el)
+            held.release()
+            bg.join(10)
+            check("the SQL session then gets its lock", bg.error is None and bg.result,
+                  repr(bg.error))
+            q(s1, "SELECT redis_unlock(%s)", n1)
+        else:
+            bg.join(1)
+            code = getattr(bg.error, "pgcode", None)
+            check("the cycle is broken: the SQL session (greatest owner id) fails "
+                  "with 40P01", code == "40P01", repr(bg.error))
+            check("within a few seconds", el < 5.0, "%.2f s" % el)
+            q(s1, "SELECT redis_unlock(%s)", n2)
+            reply = pend.wait(10)
+            check("the client then gets its lock", reply.get("ok") is True, str(reply))
+            waiter.release()
+            held.release()
+        kw = {"target_nodes": "all"} if self.srv.cluster else {}
+        check("no wait key left behind", wait_until(
+            lambda: not self.r.keys(PREFIX + ":wait:*", **kw), 5),
+            str(self.r.keys(PREFIX + ":wait:*", **kw)))
 
     # wake-up latency, client -> SQL
     def handoff_to_sql(self):

@@ -30,7 +30,7 @@ just ahead of the next acquisition of that name.
 from typing import TYPE_CHECKING
 
 from ._protocol import (INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, PROTOCOL_VERSION, SCRIPTS,
-                        AlreadyHeld, Deadlock, LockLost, LockTimeout, NotHeld,
+                        AlreadyHeld, Deadlock, DeadlockDetected, LockLost, LockTimeout, NotHeld,
                         ProtocolVersionError, ReadLockLost, ReplicasNotAcknowledged,
                         RWLockError, UpgradeConflict, default_lua_dir, encode_name,
                         load_scripts, lock_keys)
@@ -52,7 +52,7 @@ def __getattr__(name):
 __all__ = [
     "PROTOCOL_VERSION", "INTENT_MS", "KEEP_TOKEN_MS", "NAME_MAX", "SCRIPTS",
     "Client", "Lock", "AsyncClient", "AsyncLock", "RWLockError",
-    "ProtocolVersionError", "LockTimeout", "UpgradeConflict", "Deadlock",
+    "ProtocolVersionError", "LockTimeout", "UpgradeConflict", "Deadlock", "DeadlockDetected",
     "LockLost", "ReadLockLost", "NotHeld", "AlreadyHeld", "ReplicasNotAcknowledged",
     "lock_keys", "encode_name", "sentinel_redis",
     "load_scripts", "default_lua_dir", "QuorumClient", "AsyncQuorumClient",

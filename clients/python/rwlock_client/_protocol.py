@@ -7,6 +7,7 @@ import os
 import re
 import secrets
 import socket
+import random
 import threading
 import time
 from typing import Dict, Generator, List, Optional, Tuple, Union
@@ -40,8 +41,8 @@ class LockTimeout(RWLockError, TimeoutError):
 
 
 class Deadlock(RWLockError):
-    """Waiting could never end: the waiters wait for each other. Reserved for
-    the deadlock detection to come; UpgradeConflict is the one known today."""
+    """Waiting could never end: the waiters wait for each other
+    (UpgradeConflict, DeadlockDetected)."""
 
 
 class UpgradeConflict(Deadlock):
@@ -52,6 +53,18 @@ class UpgradeConflict(Deadlock):
             "deadlock: this holder and %s both hold the read lock on %r and wait "
             "for its write lock; release the read lock and retry" % (other, name))
         self.other = other
+
+
+class DeadlockDetected(Deadlock):
+    """This holder's wait closed a cycle of waits (sessions of any server,
+    clients) and was chosen to give up (docs/protocol.md 18). Its intent or
+    mark is withdrawn; release what it holds and retry. `cycle`: one line
+    per wait, "<owner> <r|w> <blocked by owner> <lock key>"."""
+
+    def __init__(self, name: str, cycle: str) -> None:
+        super().__init__("deadlock detected while waiting for lock %r: %s"
+                         % (name, "; ".join(cycle.split("\n"))))
+        self.name, self.cycle = name, cycle
 
 
 class LockLost(RWLockError):
@@ -116,6 +129,26 @@ def lock_keys(prefix: str, name: str) -> Tuple[str, str, str]:
     waiting writer on its own, channel + ":" + its owner id."""
     base = "%s:{%s}" % (prefix, encode_name(name))
     return base, base + ":q", base + ":c"
+
+
+def wait_key(prefix: str, owner: str) -> str:
+    """<prefix>:wait:{<owner>}: what the owner waits for (docs/protocol.md 18)."""
+    return "%s:wait:{%s}" % (prefix, encode_name(owner))
+
+
+def wait_value(mode: str, nonce: str, hash_key: str) -> str:
+    """The wait key's value: "<version> <r|w> <nonce> <lock's hash key>"."""
+    return "%s %s %s %s" % (PROTOCOL_VERSION, mode, nonce, hash_key)
+
+
+def marked_cycle(old: object, value: str) -> Optional[str]:
+    """The cycle a deadlock's finder left in our wait key (mark.lua), if the
+    key's previous value was the mark of this wait; else None."""
+    if old is None:
+        return None
+    old = text(old)
+    head = "!" + value + "\n"
+    return old[len(head):] if old.startswith(head) else None
 
 
 def check_prefix(prefix: str) -> None:
@@ -373,16 +406,35 @@ class Sleep:
         self.seconds, self.subscribed = seconds, subscribed
 
 
-Step = Union[Acquire, Release, Subscribe, Sleep]
+class CheckIn:
+    """Say in Redis what this waiter waits for (SET <wait key> <value> PX
+    ttl_ms GET); result: the cycle if a deadlock's finder marked this wait
+    as its victim, else None."""
+
+    def __init__(self, nonce: str, ttl_ms: int) -> None:
+        self.nonce, self.ttl_ms = nonce, ttl_ms
+
+
+class DropWait:
+    """Delete the wait key (the wait ended)."""
+
+
+Step = Union[Acquire, Release, Subscribe, Sleep, CheckIn, DropWait]
 
 
 def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
               is_try: bool, wanted_acks: int,
-              granted) -> Generator[Step, object, bool]:
+              granted, deadlock_timeout: Optional[float] = None) -> Generator[Step, object, bool]:
     """Take the lock: True once granted (granted(token, sent) called), False
     when the time ran out. Raises UpgradeConflict, ReplicasNotAcknowledged,
-    ReadLockLost."""
+    ReadLockLost, DeadlockDetected. With deadlock_timeout (s), a wait that
+    lasts that long says in Redis what it waits for, again every
+    deadlock_timeout, so that deadlocks through it are found (by the SQL
+    sessions, docs/protocol.md 18)."""
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    check_at = None                     # the next CheckIn, once waiting
+    published = False
+    nonce = "%08x" % random.getrandbits(32)
     # A caller that will wait leaves a mark: a writer's intent (new readers
     # queue behind it), a reader's claim to a turn after the current writer.
     # It lasts INTENT_MS and is renewed at each try, and is withdrawn
@@ -400,6 +452,8 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
             if status == GRANTED:
                 done = True
                 granted(int(value), sent)
+                if published:
+                    yield DropWait()
                 return True
             if status == UNACKED:
                 # Granted, but too few replicas acknowledged it: undo.
@@ -428,7 +482,22 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
                 done = True
                 if withdraw:
                     yield Release("q")
+                if published:
+                    yield DropWait()
                 return False
+            if intent and deadlock_timeout:
+                if check_at is None:
+                    check_at = now + deadlock_timeout
+                elif now >= check_at:
+                    ttl_ms = max(int(3000 * deadlock_timeout), 2 * INTENT_MS)
+                    cycle = yield CheckIn(nonce, ttl_ms)
+                    published = True
+                    check_at = time.monotonic() + deadlock_timeout
+                    if cycle is not None:
+                        done = True
+                        yield Release("q")
+                        yield DropWait()
+                        raise DeadlockDetected(name, cycle)
             if not subscribed:
                 # Listen first, then try again before any sleep, so a
                 # release published in between cannot be missed.
@@ -443,6 +512,8 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
                 wait = min(wait, deadline - now)
             if not subscribed:
                 wait = min(wait, POLL_S)
+            if check_at is not None:
+                wait = max(0.0, min(wait, check_at - now))
             if (yield Sleep(wait, subscribed)) is False:
                 subscribed = False          # the subscription broke: again
     except GeneratorExit:
@@ -453,6 +524,11 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
             # undo whatever may have been granted, withdraw the intent.
             try:
                 yield Release(undo)
+            except Exception:
+                pass
+        if published and not done:
+            try:
+                yield DropWait()
             except Exception:
                 pass
         raise

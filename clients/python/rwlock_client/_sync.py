@@ -71,7 +71,8 @@ class BaseClient:
 
     def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
                  lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
-                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1) -> None:
+                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1,
+                 deadlock_timeout: Optional[float] = 1.0) -> None:
         p.check_prefix(prefix)
         if lease <= 0:
             raise ValueError("lease must be positive")
@@ -82,6 +83,9 @@ class BaseClient:
         self.owner_prefix = p.owner_prefix()
         self.wait_replicas = int(wait_replicas)
         self.wait_replicas_timeout = float(wait_replicas_timeout)
+        # A wait this long says what it waits for (deadlock detection);
+        # None: never (a cycle through this client is then not found).
+        self.deadlock_timeout = deadlock_timeout
         self._bodies = p.load_scripts(lua_dir)
         # EVALSHA by our own SHA1s (not register_script: redis-py 4.3's
         # Script does not work on RedisCluster).
@@ -255,6 +259,15 @@ class Client(BaseClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._renewer = Renewer()
+        # The holds each thread took: a thread that waits waits for them all
+        # (deadlock detection: their owners' wait keys say so too).
+        self._thread_holds = threading.local()
+
+    def _holds_of_thread(self) -> "weakref.WeakSet":
+        holds = getattr(self._thread_holds, "locks", None)
+        if holds is None:
+            holds = self._thread_holds.locks = weakref.WeakSet()
+        return holds
 
     def release_all(self) -> int:
         """Release every hold of this client (lost ones too), e.g. at exit:
@@ -519,6 +532,10 @@ class Lock(LockState):
         def granted(token: int, sent: float) -> None:
             self._granted(mode, token, sent)
 
+        def aliases() -> List[str]:
+            return sorted({lk.owner for lk in list(c._holds_of_thread())
+                           if lk._held and lk.owner != self.owner})
+
         def step(s: p.Step) -> Any:
             nonlocal ps
             if isinstance(s, Acquire):
@@ -529,6 +546,21 @@ class Lock(LockState):
             if isinstance(s, Subscribe):
                 ps = c._subscribe(channel)
                 return ps is not None
+            if isinstance(s, p.CheckIn):
+                # This owner's wait, and the same wait for each owner id that
+                # holds a lock in this thread ("<nonce>@<this owner>").
+                hkey = c._keys(self.name)[0]
+                cycle = None
+                for owner in [self.owner] + aliases():
+                    nonce = s.nonce if owner == self.owner else s.nonce + "@" + self.owner
+                    value = p.wait_value(mode, nonce, hkey)
+                    old = c.redis.set(p.wait_key(c.prefix, owner), value,
+                                      px=s.ttl_ms, get=True)
+                    cycle = cycle or p.marked_cycle(old, value)
+                return cycle
+            if isinstance(s, p.DropWait):
+                c.redis.delete(*[p.wait_key(c.prefix, o) for o in [self.owner] + aliases()])
+                return None
             assert isinstance(s, Sleep)
             if not s.subscribed:
                 time.sleep(max(0.0, s.seconds))
@@ -543,7 +575,7 @@ class Lock(LockState):
 
         try:
             return drive(p.take_plan(self.name, mode, timeout, upgrade, is_try,
-                                     c.wait_replicas, granted), step)
+                                     c.wait_replicas, granted, c.deadlock_timeout), step)
         finally:
             if ps is not None:
                 try:
@@ -552,6 +584,7 @@ class Lock(LockState):
                     pass
 
     def _granted(self, mode: str, token: int, sent: float) -> None:
+        self.client._holds_of_thread().add(self)
         with self._mutex:
             self._set_granted(mode, token, sent)
             self.client._renewer.schedule(self, self.lease / 3.0)

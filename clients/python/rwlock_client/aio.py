@@ -218,6 +218,14 @@ class AsyncLock(LockState):
             if isinstance(s, Subscribe):
                 ps = await c._subscribe(channel)
                 return ps is not None
+            if isinstance(s, p.CheckIn):
+                value = p.wait_value(mode, s.nonce, c._keys(self.name)[0])
+                old = await c.redis.set(p.wait_key(c.prefix, self.owner), value,
+                                        px=s.ttl_ms, get=True)
+                return p.marked_cycle(old, value)
+            if isinstance(s, p.DropWait):
+                await c.redis.delete(p.wait_key(c.prefix, self.owner))
+                return None
             assert isinstance(s, Sleep)
             if not s.subscribed:
                 await asyncio.sleep(max(0.0, s.seconds))
@@ -232,7 +240,7 @@ class AsyncLock(LockState):
 
         try:
             return await adrive(p.take_plan(self.name, mode, timeout, upgrade, is_try,
-                                            c.wait_replicas, granted), step)
+                                            c.wait_replicas, granted, c.deadlock_timeout), step)
         finally:
             if ps is not None:
                 await _close(ps)

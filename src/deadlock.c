@@ -1,0 +1,965 @@
+/*-------------------------------------------------------------------------
+ *
+ * deadlock.c
+ *	  A lock wait made visible, and deadlocks ended: the waiter rows of
+ *	  redis_locks, the lock-wait logs of log_lock_waits, and the wait-for
+ *	  graph across sessions, servers and clients, walked after
+ *	  deadlock_timeout as PostgreSQL's deadlock checker walks its own.
+ *
+ * waiting.c calls rw_deadlock_tick each time an acquisition's try finds the
+ * lock busy (the first such answer starts the wait) and rw_deadlock_wait_end
+ * when the wait ends, granted or not. Between tries nothing is in flight, so
+ * what is done here (Redis calls, logs, errors) never stands between a
+ * Redis answer and the session's record of it.
+ *
+ * Shared memory (with the library preloaded): one entry per backend, the
+ * lock it waits for, shown by redis_locks with granted = false and used by
+ * redis_blocking_pids. Written at the start and end of a wait only.
+ *
+ * The wait-for graph (docs/protocol.md section 18). Once a wait has lasted
+ * deadlock_timeout the waiter says in Redis what it waits for: the key
+ * <prefix>:wait:{<owner>} holds "2 <mode> <nonce> <lock key>", with a time
+ * to live of a few deadlock_timeouts, written again (SET ... GET) once per
+ * deadlock_timeout while the wait lasts; the GET answers whether another
+ * waiter marked it as the victim of a deadlock meanwhile (mark.lua). Then
+ * it walks, once: waits.lua on the lock it waits for names its blockers
+ * (holders, and writers queued ahead); the wait key of each says what that
+ * one waits for, and waits.lua there checks that it really does (its intent
+ * or mark is live: a key left by a wait that ended or a lapsed lease is no
+ * edge); and so on, hop by hop, each lock asked on the node that serves
+ * it. A path back to the waiter is a cycle. It is walked once more, edge
+ * by edge; if every edge still holds, the victim is the member with the
+ * greatest owner id, the same whoever found the cycle: the finder fails
+ * itself with 40P01 if it is the victim, else marks the victim's key. A
+ * cycle closes when its last member starts to wait, and that one's walk
+ * finds it; a walk is repeated each deadlock_timeout only when it met an
+ * owner that does not walk itself (a client of another language, whose
+ * owner id does not start with "pg:"), which may close a cycle later.
+ *
+ * So a wait with no deadlock costs one Redis call per deadlock_timeout (the
+ * key's SET), plus one walk. Quorum mode is left out: a lock there has no
+ * one node to ask.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "rwlock.h"
+
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "common/pg_prng.h"
+#include "lib/stringinfo.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#define DL_KEY_MAX		(RW_PREFIX_MAX + 3 * RW_NAME_MAX + 8)
+#define DL_MAX_OWNERS	64		/* owners a walk visits at most */
+#define DL_MAX_DEPTH	32		/* the longest cycle looked for */
+
+/* ---- shared memory: one entry per backend ---- */
+
+typedef struct DlEntry
+{
+	bool		in_use;
+	int			pid;
+	Oid			datid;
+	uint8		mode;
+	uint8		level;
+	TimestampTz waitstart;
+	char		owner[RW_OWNER_MAX];
+	char		key[DL_KEY_MAX];	/* the lock's hash key */
+	char		name[RW_NAME_MAX + 1];
+} DlEntry;
+
+typedef struct DlShared
+{
+	LWLock	   *lock;
+	int			n;
+	DlEntry		entries[FLEXIBLE_ARRAY_MEMBER];
+} DlShared;
+
+static DlShared *dl_shared = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* ---- the wait of this session ---- */
+
+static struct
+{
+	bool		active;
+	RwNode	   *node;
+	RwMode		mode;
+	RwLevel		level;
+	int64		start_ms;
+	TimestampTz start_ts;		/* for the logs' microseconds */
+	bool		published;		/* in shared memory */
+	bool		checked;		/* deadlock_timeout passed: logged, walked */
+	bool		keyed;			/* our wait key was written */
+	bool		rewalk;			/* walk again at each check-in */
+	int64		next_ms;		/* next check-in */
+	char	   *name;
+	char	   *lock_key;
+	char	   *wait_key;
+	char	   *value;			/* our wait key's value */
+	char	   *victim_detail;	/* set when this session is the victim */
+} dl;
+
+static MemoryContext dl_cxt = NULL;
+static RwLevel dl_next_level = RW_SESSION;
+
+/* One hop of a walk: `owner` waits for `key` in `mode`, blocked by next. */
+typedef struct DlHop
+{
+	char	   *owner;
+	char	   *as;				/* the owner that waits in the lock: owner,
+								 * or another of the same task (a client's
+								 * holder waiting through a new owner id) */
+	char	   *value;			/* its wait key's value (ours: dl.value) */
+	char		mode;			/* 'r' or 'w' */
+	char	   *key;
+} DlHop;
+
+/* ---------------------------------------------------------------------
+ * Shared memory
+ * --------------------------------------------------------------------- */
+
+static Size
+dl_shmem_size(void)
+{
+	return add_size(offsetof(DlShared, entries),
+					mul_size(sizeof(DlEntry), MaxBackends));
+}
+
+static void
+dl_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(dl_shmem_size());
+	RequestNamedLWLockTranche("rwlock waits", 1);
+}
+
+static void
+dl_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	dl_shared = ShmemInitStruct("rwlock waits", dl_shmem_size(), &found);
+	if (!found)
+	{
+		dl_shared->lock = &(GetNamedLWLockTranche("rwlock waits"))->lock;
+		dl_shared->n = MaxBackends;
+		for (int i = 0; i < MaxBackends; i++)
+			dl_shared->entries[i].in_use = false;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* In _PG_init: room in shared memory, when the library is preloaded. */
+void
+rw_deadlock_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = dl_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = dl_shmem_startup;
+}
+
+static DlEntry *
+dl_my_entry(void)
+{
+	if (dl_shared == NULL || MyProc == NULL || MyProc->pgprocno < 0 ||
+		MyProc->pgprocno >= dl_shared->n)
+		return NULL;
+	return &dl_shared->entries[MyProc->pgprocno];
+}
+
+static void
+dl_publish(TimestampTz since)
+{
+	DlEntry    *e = dl_my_entry();
+
+	if (e == NULL)
+		return;
+	LWLockAcquire(dl_shared->lock, LW_EXCLUSIVE);
+	e->pid = MyProcPid;
+	e->datid = MyDatabaseId;
+	e->mode = dl.mode;
+	e->level = dl.level;
+	e->waitstart = since;
+	strlcpy(e->owner, rw_owner_id(), sizeof(e->owner));
+	strlcpy(e->key, dl.lock_key, sizeof(e->key));
+	strlcpy(e->name, dl.name, sizeof(e->name));
+	e->in_use = true;
+	LWLockRelease(dl_shared->lock);
+	dl.published = true;
+}
+
+static void
+dl_unpublish(void)
+{
+	DlEntry    *e = dl_my_entry();
+
+	if (e == NULL || !dl.published)
+		return;
+	LWLockAcquire(dl_shared->lock, LW_EXCLUSIVE);
+	e->in_use = false;
+	LWLockRelease(dl_shared->lock);
+	dl.published = false;
+}
+
+/* The waiting sessions of this server, for redis_locks. */
+int
+rw_deadlock_waiters(RwWaiterRow **rows)
+{
+	int			n = 0;
+
+	*rows = NULL;
+	if (dl_shared == NULL)
+		return 0;
+	*rows = palloc(sizeof(RwWaiterRow) * (dl_shared->n + 1));
+	LWLockAcquire(dl_shared->lock, LW_SHARED);
+	for (int i = 0; i < dl_shared->n; i++)
+	{
+		DlEntry    *e = &dl_shared->entries[i];
+		RwWaiterRow *r = &(*rows)[n];
+
+		if (!e->in_use)
+			continue;
+		r->pid = e->pid;
+		r->datid = e->datid;
+		r->mode = (RwMode) e->mode;
+		r->level = (RwLevel) e->level;
+		r->waitstart = e->waitstart;
+		r->owner = pstrdup(e->owner);
+		r->name = pstrdup(e->name);
+		n++;
+	}
+	LWLockRelease(dl_shared->lock);
+	return n;
+}
+
+/* ---------------------------------------------------------------------
+ * Owners and keys
+ * --------------------------------------------------------------------- */
+
+/*
+ * The pid of a session of this server from its owner id
+ * (pg:<system identifier>:<pid>:<random>), or 0.
+ */
+int
+rw_owner_local_pid(const char *owner)
+{
+	char		prefix[40];
+	size_t		len;
+
+	snprintf(prefix, sizeof(prefix), "pg:%llx:",
+			 (unsigned long long) GetSystemIdentifier());
+	len = strlen(prefix);
+	if (strncmp(owner, prefix, len) != 0)
+		return 0;
+	return atoi(owner + len);
+}
+
+/* "process P" for a session of this server, else the owner id. */
+static void
+dl_append_owner(StringInfo buf, const char *owner, bool capital)
+{
+	int			pid = rw_owner_local_pid(owner);
+
+	if (pid > 0)
+		appendStringInfo(buf, "%s %d", capital ? "Process" : "process", pid);
+	else
+		appendStringInfoString(buf, owner);
+}
+
+/* The lock's name from its hash key <prefix>:{<encoded name>}. */
+static char *
+dl_name_of_key(const char *key)
+{
+	const char *open = strstr(key, ":{");
+	StringInfoData buf;
+	size_t		len;
+
+	if (open == NULL)
+		return pstrdup(key);
+	open += 2;
+	len = strlen(open);
+	if (len > 0 && open[len - 1] == '}')
+		len--;
+	initStringInfo(&buf);
+	for (size_t i = 0; i < len; i++)
+	{
+		if (open[i] == '%' && strncmp(open + i, "%25", 3) == 0)
+			appendStringInfoChar(&buf, '%'), i += 2;
+		else if (open[i] == '%' && strncmp(open + i, "%7B", 3) == 0)
+			appendStringInfoChar(&buf, '{'), i += 2;
+		else if (open[i] == '%' && strncmp(open + i, "%7D", 3) == 0)
+			appendStringInfoChar(&buf, '}'), i += 2;
+		else
+			appendStringInfoChar(&buf, open[i]);
+	}
+	return buf.data;
+}
+
+/* <prefix>:wait:{<owner>}, braces in the owner percent-encoded. */
+static char *
+dl_wait_key_of(const char *owner)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "%s:wait:{", rw_key_prefix);
+	for (const char *p = owner; *p; p++)
+	{
+		if (*p == '%')
+			appendStringInfoString(&buf, "%25");
+		else if (*p == '{')
+			appendStringInfoString(&buf, "%7B");
+		else if (*p == '}')
+			appendStringInfoString(&buf, "%7D");
+		else
+			appendStringInfoChar(&buf, *p);
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/* Keys for routing and waits.lua: the hash and its queue. */
+static void
+dl_keys_of(const char *key, RwKeys *keys)
+{
+	keys->key[0] = (char *) key;
+	keys->len[0] = strlen(key);
+	keys->key[1] = psprintf("%s:q", key);
+	keys->len[1] = keys->len[0] + 2;
+	keys->channel = NULL;
+	keys->channel_len = 0;
+}
+
+/*
+ * Parse a wait key's value "2 <r|w> <nonce>[@<owner>] <lock key>": false if
+ * it is of another protocol version (ignored: no edge), marked, or
+ * malformed. *as: the owner after '@', which waits in the lock on behalf
+ * of the key's owner (a client's task holding with one owner id and
+ * waiting with another); else NULL.
+ */
+static bool
+dl_parse_value(const char *value, char *mode, char **key, char **as)
+{
+	const char *p;
+	const char *nonce;
+	const char *at;
+
+	if (strncmp(value, RW_PROTOCOL_VERSION " ", strlen(RW_PROTOCOL_VERSION) + 1) != 0)
+		return false;
+	p = value + strlen(RW_PROTOCOL_VERSION) + 1;
+	if ((p[0] != 'r' && p[0] != 'w') || p[1] != ' ')
+		return false;
+	*mode = p[0];
+	nonce = p + 2;
+	p = strchr(nonce, ' ');
+	if (p == NULL || p[1] == '\0')
+		return false;
+	at = memchr(nonce, '@', p - nonce);
+	*as = at ? pnstrdup(at + 1, p - at - 1) : NULL;
+	*key = pstrdup(p + 1);
+	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * Redis calls of the walk; each false on any failure (no edge then)
+ * --------------------------------------------------------------------- */
+
+/* A failure that is an interrupt is served; any other just ends the walk. */
+static void
+dl_failed(RwConn *conn, RwError *err)
+{
+	if (err->kind == RW_ERR_INTERRUPTED)
+		rw_raise(conn, err);
+}
+
+/* One plain command on the connection that serves `key`. */
+static redisReply *
+dl_command(const char *key, int argc, const char **argv)
+{
+	RwKeys		keys;
+	RwConn	   *conn;
+	redisReply *r = NULL;
+	RwError		err;
+	size_t		lens[8];
+
+	dl_keys_of(key, &keys);
+	conn = rw_cluster_cmd(dl.node, &keys);
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	if (!rw_conn_ensure(conn, &err))
+	{
+		dl_failed(conn, &err);
+		return NULL;
+	}
+	rw_append(conn, argc, argv, lens, NULL);
+	if (!rw_exchange(conn, 1, &r, &err))
+	{
+		dl_failed(conn, &err);
+		return NULL;
+	}
+	if (r->type == REDIS_REPLY_ERROR)
+	{
+		freeReplyObject(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* The value of an owner's wait key, or NULL. */
+static char *
+dl_get_wait(const char *owner)
+{
+	char	   *wkey = dl_wait_key_of(owner);
+	const char *argv[2] = {"GET", wkey};
+	redisReply *r = dl_command(wkey, 2, argv);
+	char	   *v = NULL;
+
+	if (r != NULL && r->type == REDIS_REPLY_STRING)
+		v = pnstrdup(r->str, r->len);
+	if (r != NULL)
+		freeReplyObject(r);
+	return v;
+}
+
+/*
+ * waits.lua: whether `owner` waits for the lock `key` in `mode` now, and
+ * whom it waits for. -1 when Redis could not say.
+ */
+static int
+dl_blockers_of(const char *key, const char *owner, char mode, char ***out,
+			   int *nout)
+{
+	RwKeys		keys;
+	RwConn	   *conn;
+	RwScriptCall call;
+	redisReply *r = NULL;
+	RwError		err;
+	char		m[2] = {mode, '\0'};
+	const char *args[3] = {RW_PROTOCOL_VERSION, owner, m};
+	int			live;
+
+	*nout = 0;
+	*out = NULL;
+	dl_keys_of(key, &keys);
+	conn = rw_cluster_cmd(dl.node, &keys);
+	rw_script_prepare(&call, RW_SCRIPT_WAITS, RW_NKEYS,
+					  (const char *const *) keys.key, keys.len, 3, args);
+	if (!rw_script_run(conn, &call, 1, &r, &err))
+	{
+		dl_failed(conn, &err);
+		return -1;
+	}
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+		r->element[0]->type != REDIS_REPLY_INTEGER)
+	{
+		freeReplyObject(r);
+		return -1;
+	}
+	live = (int) r->element[0]->integer;
+	*out = palloc(sizeof(char *) * r->elements);
+	for (size_t i = 1; i < r->elements; i++)
+		if (r->element[i]->type == REDIS_REPLY_STRING)
+			(*out)[(*nout)++] = pnstrdup(r->element[i]->str, r->element[i]->len);
+	freeReplyObject(r);
+	return live;
+}
+
+/*
+ * Write our wait key (SET ... PX ... GET): true if its old value was a mark
+ * of our wait, whose cycle is then kept in dl.victim_detail.
+ */
+static bool
+dl_check_in(void)
+{
+	char		px[16];
+	const char *argv[6] = {"SET", dl.wait_key, dl.value, "PX", px, "GET"};
+	redisReply *r;
+	size_t		vlen = strlen(dl.value);
+	bool		victim = false;
+
+	snprintf(px, sizeof(px), "%d", Max(3 * DeadlockTimeout, 2 * RW_INTENT_MS));
+	r = dl_command(dl.wait_key, 6, argv);
+	if (r == NULL)
+		return false;
+	dl.keyed = true;
+	if (r->type == REDIS_REPLY_STRING && r->len > vlen + 1 && r->str[0] == '!' &&
+		memcmp(r->str + 1, dl.value, vlen) == 0 && r->str[vlen + 1] == '\n')
+	{
+		dl.victim_detail = MemoryContextStrdup(dl_cxt, r->str + vlen + 2);
+		victim = true;
+	}
+	freeReplyObject(r);
+	return victim;
+}
+
+/* Take our wait key away, without waiting for the answer. Never throws. */
+static void
+dl_drop_key(void)
+{
+	RwKeys		keys;
+	RwConn	   *conn;
+	const char *argv[2] = {"DEL", dl.wait_key};
+	size_t		lens[2] = {3, strlen(dl.wait_key)};
+	RwError		err;
+
+	if (!dl.keyed)
+		return;
+	dl.keyed = false;
+	dl_keys_of(dl.wait_key, &keys);
+	conn = rw_cluster_cmd(dl.node, &keys);
+	pfree(keys.key[1]);
+	if (conn->ctx == NULL)
+		return;					/* its time to live ends it */
+	rw_append(conn, 2, argv, lens, RW_TAG_DISCARD);
+	(void) rw_flush(conn, rw_now_ms() + rw_command_timeout_ms, &err);
+}
+
+/* ---------------------------------------------------------------------
+ * The walk
+ * --------------------------------------------------------------------- */
+
+typedef struct DlWalk
+{
+	DlHop		path[DL_MAX_DEPTH];
+	int			depth;
+	char	   *visited[DL_MAX_OWNERS];
+	int			nvisited;
+	bool		foreign;		/* met an owner that does not walk itself */
+	char	  **first_blockers; /* ours, for the log */
+	int			nfirst;
+} DlWalk;
+
+static bool
+dl_visited(DlWalk *w, const char *owner)
+{
+	for (int i = 0; i < w->nvisited; i++)
+		if (strcmp(w->visited[i], owner) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Depth first from path[depth - 1]: true when a blocker is us, the cycle
+ * then being path[0 .. depth - 1].
+ */
+static bool
+dl_search(DlWalk *w)
+{
+	DlHop	   *hop = &w->path[w->depth - 1];
+	char	  **blockers;
+	int			n;
+
+	if (dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n) <= 0)
+		return false;
+	if (w->depth == 1)
+	{
+		w->first_blockers = blockers;
+		w->nfirst = n;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		char	   *b = blockers[i];
+		char	   *value;
+		DlHop	   *next;
+
+		if (strcmp(b, rw_owner_id()) == 0)
+			return true;
+		if (dl_visited(w, b) || w->nvisited == DL_MAX_OWNERS)
+			continue;
+		w->visited[w->nvisited++] = b;
+		if (strncmp(b, "pg:", 3) != 0)
+			w->foreign = true;
+		if (w->depth == DL_MAX_DEPTH || (value = dl_get_wait(b)) == NULL)
+			continue;
+		next = &w->path[w->depth];
+		if (!dl_parse_value(value, &next->mode, &next->key, &next->as))
+			continue;
+		next->owner = b;
+		if (next->as == NULL)
+			next->as = b;
+		else if (strncmp(next->as, "pg:", 3) != 0)
+			w->foreign = true;
+		next->value = value;
+		w->depth++;
+		if (dl_search(w))
+			return true;
+		w->depth--;
+	}
+	return false;
+}
+
+/* Every edge of the cycle once more: still there? */
+static bool
+dl_recheck(DlWalk *w)
+{
+	for (int i = 0; i < w->depth; i++)
+	{
+		DlHop	   *hop = &w->path[i];
+		const char *next = i + 1 < w->depth ? w->path[i + 1].owner : rw_owner_id();
+		char	  **blockers;
+		int			n;
+		bool		found = false;
+
+		if (i > 0)
+		{
+			char	   *value = dl_get_wait(hop->owner);
+
+			if (value == NULL || strcmp(value, hop->value) != 0)
+				return false;
+		}
+		if (dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n) <= 0)
+			return false;
+		for (int j = 0; j < n && !found; j++)
+			found = strcmp(blockers[j], next) == 0;
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The cycle as the mark carries it: one line per hop,
+ * "<owner> <mode> <blocker> <lock key>", the key last (it may hold spaces).
+ */
+static char *
+dl_encode_cycle(DlWalk *w)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < w->depth; i++)
+	{
+		const char *next = i + 1 < w->depth ? w->path[i + 1].owner : w->path[0].owner;
+
+		appendStringInfo(&buf, "%s%s %c %s %s", i > 0 ? "\n" : "",
+						 w->path[i].owner, w->path[i].mode, next, w->path[i].key);
+	}
+	return buf.data;
+}
+
+/* The DETAIL of 40P01, as the server words its own, from an encoded cycle. */
+static char *
+dl_describe_cycle(const char *encoded)
+{
+	StringInfoData buf;
+	char	   *copy = pstrdup(encoded);
+	char	   *line = copy;
+
+	initStringInfo(&buf);
+	while (line != NULL && *line != '\0')
+	{
+		char	   *end = strchr(line, '\n');
+		char	   *owner,
+				   *mode,
+				   *blocker,
+				   *key;
+
+		if (end)
+			*end = '\0';
+		owner = line;
+		mode = strchr(owner, ' ');
+		blocker = mode ? strchr(mode + 1, ' ') : NULL;
+		key = blocker ? strchr(blocker + 1, ' ') : NULL;
+		if (key == NULL)
+			break;
+		*mode++ = '\0';
+		*blocker++ = '\0';
+		*key++ = '\0';
+		if (buf.len > 0)
+			appendStringInfoChar(&buf, '\n');
+		dl_append_owner(&buf, owner, true);
+		appendStringInfo(&buf, " waits for %s lock \"%s\"; blocked by ",
+						 mode[0] == 'w' ? "write" : "read", dl_name_of_key(key));
+		dl_append_owner(&buf, blocker, false);
+		appendStringInfoChar(&buf, '.');
+		line = end ? end + 1 : NULL;
+	}
+	return buf.data;
+}
+
+/* The member of the cycle every finder picks: the greatest owner id. */
+static int
+dl_victim(DlWalk *w)
+{
+	int			v = 0;
+
+	for (int i = 1; i < w->depth; i++)
+		if (strcmp(w->path[i].owner, w->path[v].owner) > 0)
+			v = i;
+	return v;
+}
+
+/* Mark another member as the victim (mark.lua); it fails at its check-in. */
+static void
+dl_mark(DlHop *victim, const char *cycle)
+{
+	char	   *wkey = dl_wait_key_of(victim->owner);
+	RwKeys		keys;
+	RwConn	   *conn;
+	RwScriptCall call;
+	redisReply *r = NULL;
+	RwError		err;
+	const char *args[3] = {RW_PROTOCOL_VERSION, victim->value, cycle};
+	const char *k[1] = {wkey};
+	size_t		klen[1] = {strlen(wkey)};
+
+	dl_keys_of(wkey, &keys);
+	conn = rw_cluster_cmd(dl.node, &keys);
+	rw_script_prepare(&call, RW_SCRIPT_MARK, 1, k, klen, 3, args);
+	if (!rw_script_run(conn, &call, 1, &r, &err))
+	{
+		dl_failed(conn, &err);
+		return;
+	}
+	freeReplyObject(r);
+}
+
+/* Holders and queued writers ahead, as the still-waiting log lists them. */
+static char *
+dl_describe_blockers(char **owners, int n)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoString(&buf, ", ");
+		dl_append_owner(&buf, owners[i], false);
+	}
+	return buf.data;
+}
+
+static void
+dl_log(const char *what, char **owners, int n)
+{
+	double		ms = (double) (GetCurrentTimestamp() - dl.start_ts) / 1000.0;
+
+	if (owners != NULL)
+		ereport(LOG,
+				(errmsg("process %d %s Redis %s lock \"%s\" after %.3f ms",
+						MyProcPid, what, dl.mode == RW_WRITE ? "write" : "read",
+						dl.name, ms),
+				 n > 0 ? errdetail_log("Blocked by: %s.",
+									   dl_describe_blockers(owners, n)) : 0));
+	else
+		ereport(LOG,
+				(errmsg("process %d %s Redis %s lock \"%s\" after %.3f ms",
+						MyProcPid, what, dl.mode == RW_WRITE ? "write" : "read",
+						dl.name, ms)));
+}
+
+/* Walk from our wait; true when we are a cycle's victim. */
+static bool
+dl_walk(bool log)
+{
+	DlWalk		w;
+	bool		cycle;
+	int			v;
+
+	memset(&w, 0, sizeof(w));
+	w.path[0].owner = w.path[0].as = (char *) rw_owner_id();
+	w.path[0].value = dl.value;
+	w.path[0].mode = dl.mode == RW_WRITE ? 'w' : 'r';
+	w.path[0].key = dl.lock_key;
+	w.depth = 1;
+	cycle = dl_search(&w);
+	if (log)
+		dl_log("still waiting for", w.first_blockers, w.nfirst);
+	dl.rewalk = w.foreign;
+	if (!cycle || !dl_recheck(&w))
+		return false;
+	v = dl_victim(&w);
+	if (v == 0)
+	{
+		dl.victim_detail = MemoryContextStrdup(dl_cxt, dl_encode_cycle(&w));
+		return true;
+	}
+	dl_mark(&w.path[v], dl_encode_cycle(&w));
+	return false;
+}
+
+/* ---------------------------------------------------------------------
+ * The wait, from waiting.c
+ * --------------------------------------------------------------------- */
+
+/* held.c says the level of the acquisition that may wait next. */
+void
+rw_deadlock_set_level(RwLevel level)
+{
+	dl_next_level = level;
+}
+
+static void
+dl_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode)
+{
+	uint32		nonce = (uint32) pg_prng_uint64(&pg_global_prng_state);
+
+	if (dl_cxt == NULL)
+		dl_cxt = AllocSetContextCreate(TopMemoryContext, "rwlock deadlock",
+									   ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(dl_cxt);
+	dl.node = node;
+	dl.mode = mode;
+	dl.level = dl_next_level;
+	dl.start_ms = rw_now_ms();
+	dl.start_ts = GetCurrentTimestamp();
+	dl.checked = dl.keyed = dl.rewalk = false;
+	dl.victim_detail = NULL;
+	dl.next_ms = dl.start_ms + DeadlockTimeout;
+	dl.name = MemoryContextStrdup(dl_cxt, name);
+	dl.lock_key = MemoryContextStrdup(dl_cxt, keys->key[0]);
+	{
+		MemoryContext old = MemoryContextSwitchTo(dl_cxt);
+
+		dl.wait_key = dl_wait_key_of(rw_owner_id());
+		dl.value = psprintf("%s %c %08x %s", RW_PROTOCOL_VERSION,
+							mode == RW_WRITE ? 'w' : 'r', nonce, keys->key[0]);
+		MemoryContextSwitchTo(old);
+	}
+	dl.active = true;
+	rw_stat_add(RW_STAT_WAITS, 1);
+	dl_publish(dl.start_ts);
+}
+
+/*
+ * The lock was busy at a try: start the wait (the first time), and after
+ * deadlock_timeout log it (log_lock_waits), say in Redis what we wait for,
+ * and walk. *sleep_ms is lowered to wake for the next check. True when this
+ * session is the victim of a deadlock: the caller ends the wait (withdrawing
+ * its intent or mark) and calls rw_deadlock_report.
+ */
+bool
+rw_deadlock_tick(RwNode *node, const RwKeys *keys, const char *name,
+				 RwMode mode, int64 *sleep_ms)
+{
+	int64		now;
+	bool		quorum = rw_quorum_size(node) > 0;
+	bool		victim = false;
+	MemoryContext old;
+
+	if (!dl.active)
+		dl_begin(node, keys, name, mode);
+	now = rw_now_ms();
+	if (now >= dl.next_ms && DeadlockTimeout > 0)
+	{
+		/* What a check allocates goes with it: a wait may last for hours. */
+		MemoryContext check_cxt = AllocSetContextCreate(dl_cxt, "rwlock deadlock check",
+														ALLOCSET_SMALL_SIZES);
+
+		old = MemoryContextSwitchTo(check_cxt);
+		if (!quorum)
+			victim = dl_check_in();
+		if (!victim && !quorum && (!dl.checked || dl.rewalk))
+			victim = dl_walk(log_lock_waits && !dl.checked);
+		else if (!dl.checked && log_lock_waits)
+			dl_log("still waiting for", NULL, 0);
+		dl.checked = true;
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(check_cxt);
+		dl.next_ms = rw_now_ms() + DeadlockTimeout;
+	}
+	if (victim)
+		return true;
+	if (DeadlockTimeout > 0)
+		*sleep_ms = Min(*sleep_ms, Max(dl.next_ms - rw_now_ms(), 1));
+	return false;
+}
+
+/*
+ * The wait ended (also from abort callbacks: never throws then, as nothing
+ * is logged unless granted, which happens only in the normal flow).
+ */
+void
+rw_deadlock_wait_end(bool granted)
+{
+	int64		waited;
+
+	if (!dl.active)
+		return;
+	dl.active = false;
+	waited = rw_now_ms() - dl.start_ms;
+	rw_stat_add(RW_STAT_WAIT_MS, (uint64) Max(waited, 0));
+	dl_unpublish();
+	dl_drop_key();
+	if (granted && dl.checked && log_lock_waits)
+		dl_log("acquired", NULL, 0);
+}
+
+/* Fail this session, the victim of a deadlock: 40P01 naming the cycle. */
+void
+rw_deadlock_report(void)
+{
+	char	   *detail = dl_describe_cycle(dl.victim_detail ? dl.victim_detail : "");
+
+	rw_stat_add(RW_STAT_DEADLOCKS, 1);
+	if (log_lock_waits)
+		ereport(LOG,
+				(errmsg("process %d detected deadlock while waiting for Redis %s lock \"%s\" after %.3f ms",
+						MyProcPid, dl.mode == RW_WRITE ? "write" : "read", dl.name,
+						(double) (GetCurrentTimestamp() - dl.start_ts) / 1000.0)));
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+			 errmsg("deadlock detected"),
+			 errdetail_internal("%s", detail),
+			 errhint("See server log for query details.")));
+}
+
+/*
+ * The owners that the session with this pid waits for (redis_blocking_pids):
+ * false if it does not wait for a Redis lock. Asks Redis through this
+ * session's own rwlock.redis_url.
+ */
+bool
+rw_deadlock_blockers(int pid, char ***owners, int *nowners)
+{
+	char		key[DL_KEY_MAX];
+	char		owner[RW_OWNER_MAX];
+	char		mode = 0;
+	RwNode	   *saved = dl.node;
+	int			live;
+
+	*owners = NULL;
+	*nowners = 0;
+	if (dl_shared == NULL)
+		return false;
+	LWLockAcquire(dl_shared->lock, LW_SHARED);
+	for (int i = 0; i < dl_shared->n && mode == 0; i++)
+	{
+		DlEntry    *e = &dl_shared->entries[i];
+
+		if (e->in_use && e->pid == pid)
+		{
+			mode = e->mode == RW_WRITE ? 'w' : 'r';
+			strlcpy(key, e->key, sizeof(key));
+			strlcpy(owner, e->owner, sizeof(owner));
+		}
+	}
+	LWLockRelease(dl_shared->lock);
+	if (mode == 0)
+		return false;
+	dl.node = rw_current_node();
+	if (rw_quorum_size(dl.node) > 0)
+	{
+		dl.node = saved;
+		return false;
+	}
+	live = dl_blockers_of(key, owner, mode, owners, nowners);
+	dl.node = saved;
+	return live > 0;
+}

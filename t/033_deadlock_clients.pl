@@ -1,0 +1,224 @@
+# Deadlocks through a client, and no false positives under load (SPEC 12,
+# issue 29):
+#  1. a cycle through the Python client (clients/python): it holds one lock
+#     and waits for another that a SQL session holds while that session
+#     waits for the first: the cycle is found and broken within about
+#     deadlock_timeout + 1 s, the client (the victim: the greatest owner id)
+#     raises DeadlockDetected, the SQL session gets its lock;
+#  2. the same cycle closed by the client, after the SQL session's first walk
+#     (a walk that met a client is repeated each deadlock_timeout);
+#  3. a wait with no deadlock costs one Redis call per deadlock_timeout (the
+#     wait key's SET) and one walk (a GET);
+#  4. 20 sessions on two servers locking random names, reads and writes, in
+#     one global order for 20 s: no deadlock reported, no error;
+#  5. a wait key naming a wait that is not there (its intent is not in the
+#     lock) is no edge: no 40P01.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib $FindBin::RealBin;
+use RwlockTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $port = redis_start();
+my $conf = "rwlock.key_prefix = 'shared'\ndeadlock_timeout = '1s'\nlog_lock_waits = on\n";
+my $n1 = new_node('cl1', port => $port, preload => 1, lease => '10s', conf => $conf);
+my $prefix = 'shared';
+
+# A Python holder: takes `first`, says so, waits for a file to appear (its
+# go), then asks for `second` and says how that ended.
+my $py = <<'PY';
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import redis
+from rwlock_client import Client, DeadlockDetected
+c = Client(redis.Redis(host="127.0.0.1", port=int(sys.argv[2])), prefix=sys.argv[3],
+           deadlock_timeout=1.0)
+first = c.write_lock(sys.argv[4])
+first.acquire(timeout=10)
+# The second lock is another Lock object: another owner id, waiting in the
+# same thread as the holder of the first.
+print("holding", first.owner, flush=True)
+while not os.path.exists(sys.argv[6]):
+    time.sleep(0.01)
+t0 = time.monotonic()
+try:
+    c.write_lock(sys.argv[5]).acquire(timeout=20)
+    print("granted", flush=True)
+except DeadlockDetected as e:
+    print("deadlock %.3f %s" % (time.monotonic() - t0, e), flush=True)
+first.release()
+print("released", flush=True)
+PY
+
+sub python_holder
+{
+	my ($first, $second) = @_;
+	my %h = (out => '', err => '', go => "$PostgreSQL::Test::Utils::tmp_check/go_$first");
+	$h{h} = IPC::Run::start([ '/usr/bin/python3', '-c', $py,
+		"$FindBin::RealBin/../clients/python", $port, $prefix, $first, $second, $h{go} ],
+		'<', \undef, '>', \$h{out}, '2>', \$h{err});
+	return \%h;
+}
+
+sub py_go
+{
+	my ($h) = @_;
+	open(my $fh, '>', $h->{go}) or die "$h->{go}: $!";
+	close $fh;
+}
+
+sub py_until
+{
+	my ($h, $re, $secs) = @_;
+	my $t_end = time + $secs;
+	while ($h->{out} !~ $re && time < $t_end)
+	{
+		eval { $h->{h}->pump_nb; };
+		sleep 0.05;
+	}
+	return $h->{out} =~ $re;
+}
+
+# ---- 1. the SQL session closes the cycle ----
+{
+	my $p = python_holder('py1', 'sq1');
+	ok(py_until($p, qr/holding/, 15), '1. the client holds py1') or diag $p->{err};
+	my $s = session($n1);
+	sq($s, "BEGIN; SELECT redis_wlock_xact('sq1')");
+	py_go($p);
+	sleep 0.3;
+	my $t0 = sq_send($s, "SELECT redis_wlock_xact('py1') > 0");
+	ok(py_until($p, qr/deadlock|granted/, 20), '1. the client\'s wait ended');
+	my $secs = time - $t0;
+	like($p->{out}, qr/deadlock \d/, '1. the client raises DeadlockDetected');
+	like($p->{out}, qr/deadlock detected while waiting for lock 'sq1': .*py:\S+ w pg:\S+ shared:\{sq1\}/,
+		'1. naming the cycle: the client waits for sq1, held by the session');
+	like($p->{out}, qr/pg:\S+ w py:\S+ shared:\{py1\}/, '1. which waits for py1, held by the client');
+	cmp_ok($secs, '<', 1.0 + 1.0 + 1.5, "1. within about deadlock_timeout + 1 s ($secs s; margin for a loaded machine)");
+	my ($out, $err) = sq_wait($s, 15);
+	is($out, 't', '1. the SQL session gets its lock');
+	is(sqlstate($err), '', '1. with no error');
+	sq($s, 'COMMIT');
+	py_until($p, qr/released/, 10);
+	$p->{h}->finish;
+	$s->quit;
+}
+
+# ---- 2. the client closes the cycle ----
+{
+	my $p = python_holder('py2', 'sq2');
+	ok(py_until($p, qr/holding/, 15), '2. the client holds py2') or diag $p->{err};
+	my $s = session($n1);
+	sq($s, "BEGIN; SELECT redis_wlock_xact('sq2')");
+	sq_send($s, "SELECT redis_wlock_xact('py2') > 0");
+	sleep 1.5;    # the session's first walk: the client waits for nothing yet
+	my $t0 = time;
+	py_go($p);
+	ok(py_until($p, qr/deadlock|granted/, 20), '2. the client\'s wait ended');
+	my $secs = time - $t0;
+	like($p->{out}, qr/deadlock \d/, '2. the client raises DeadlockDetected');
+	cmp_ok($secs, '<', 3 * 1.0 + 1.5, "2. within a few deadlock_timeouts ($secs s)");
+	my ($out, $err) = sq_wait($s, 15);
+	is($out, 't', '2. the SQL session gets its lock');
+	sq($s, 'COMMIT');
+	py_until($p, qr/released/, 10);
+	$p->{h}->finish;
+	$s->quit;
+}
+
+# ---- 3. the cost of a wait with no deadlock ----
+{
+	my ($a, $b) = (session($n1), session($n1));
+	sq($a, "SELECT redis_wlock('cost')");
+	redis_cli($port, 'CONFIG', 'RESETSTAT');
+	sq_send($b, "SELECT redis_wlock('cost') > 0");
+	sleep 5.2;
+	my $stats = redis_cli($port, 'INFO', 'commandstats');
+	my ($sets) = $stats =~ /cmdstat_set:calls=(\d+)/;
+	my ($gets) = $stats =~ /cmdstat_get:calls=(\d+)/;
+	$sets //= 0;
+	$gets //= 0;
+	cmp_ok($sets, '<=', 5, "3. a 5 s wait writes its wait key once per deadlock_timeout ($sets SETs)");
+	cmp_ok($sets, '>=', 3, '3. and does write it');
+	cmp_ok($gets, '<=', 1, "3. and walks once ($gets GETs)");
+	sq($a, "SELECT redis_unlock('cost')");
+	my ($out) = sq_wait($b, 10);
+	is($out, 't', '3. the waiter gets the lock');
+	sq($b, "SELECT redis_unlock('cost')");
+	$_->quit for ($a, $b);
+}
+
+# ---- 5. no false positive: a wait key left by a wait that ended ----
+{
+	# A holds h1 and waits for nothing, but a wait key (left by a crash, or a
+	# client of its owner id) says it waits for h2, which B holds. B asks for
+	# h1: the walk finds A's key, but A's intent is not in h2: no edge.
+	my ($a, $b) = (session($n1), session($n1));
+	sq($a, "SELECT redis_wlock('h1')");
+	sq($b, "SELECT redis_wlock('h2')");
+	my $owner_a = session_owner($a);
+	redis_cli($port, 'SET', "$prefix:wait:{$owner_a}", "2 w deadbeef $prefix:{h2}", 'PX', '20000');
+	sq($b, "SET lock_timeout = '3s'");
+	my ($out, $err) = sq($b, "SELECT redis_wlock('h1')");
+	is(sqlstate($err), '55P03', '5. a stale wait key makes no cycle: the wait ends by lock_timeout, not 40P01');
+	redis_cli($port, 'DEL', "$prefix:wait:{$owner_a}");
+	sq($_, "SELECT redis_unlock_all()") for ($a, $b);
+	$_->quit for ($a, $b);
+}
+
+# ---- 4. no false positive: random names in one global order ----
+{
+	my $n2 = new_node('cl2', port => $port, preload => 1, lease => '10s',
+		conf => "rwlock.key_prefix = 'shared'\ndeadlock_timeout = '200ms'\n");
+	$n1->safe_psql('postgres', "ALTER SYSTEM SET deadlock_timeout = '200ms'; SELECT pg_reload_conf()");
+	$_->safe_psql('postgres', 'SELECT redis_lock_stats_reset()') for ($n1, $n2);
+	my $script = "$PostgreSQL::Test::Utils::tmp_check/random_order.sql";
+	open(my $fh, '>', $script) or die $!;
+	print $fh <<'SQL';
+\set a random(1, 4)
+\set b random(5, 8)
+\set c random(9, 12)
+\set m random(0, 1)
+BEGIN;
+SELECT CASE WHEN :m = 0 THEN redis_wlock_xact('g' || :a) ELSE redis_rlock_xact('g' || :a) END;
+SELECT redis_wlock_xact('g' || :b);
+SELECT CASE WHEN :m = 1 THEN redis_wlock_xact('g' || :c) ELSE redis_rlock_xact('g' || :c) END;
+SELECT pg_sleep(0.005 * :m);
+COMMIT;
+SQL
+	close $fh;
+	my @runs;
+	for my $n ($n1, $n2)
+	{
+		my %r = (out => '', err => '');
+		$r{h} = IPC::Run::start([ 'pgbench', '-n', '-c', '10', '-j', '2', '-T', '20',
+			'-f', $script, '-h', $n->host, '-p', $n->port, 'postgres' ],
+			'>', \$r{out}, '2>', \$r{err});
+		push @runs, \%r;
+	}
+	for my $r (@runs)
+	{
+		$r->{h}->finish;
+		my ($tx) = $r->{out} =~ /number of transactions actually processed: (\d+)/;
+		my ($failed) = $r->{out} =~ /number of failed transactions: (\d+)/;
+		cmp_ok($tx // 0, '>', 50, '4. pgbench ran transactions (' . ($tx // 0) . ')') or diag "$r->{out}\n$r->{err}";
+		is($r->{err} =~ /ERROR|aborted/ ? $r->{err} : '', '', '4. with no error');
+	}
+	my $dl = 0;
+	my $waits = 0;
+	for my $n ($n1, $n2)
+	{
+		my ($d, $w) = split /\|/, $n->safe_psql('postgres', 'SELECT sum(deadlocks), sum(waits) FROM redis_lock_stats');
+		$dl += $d;
+		$waits += $w;
+	}
+	is($dl, 0, '4. no deadlock reported');
+	cmp_ok($waits, '>', 20, "4. though sessions waited ($waits waits)");
+	$n2->stop;
+}
+
+$n1->stop;
+done_testing();

@@ -173,6 +173,7 @@ class Rec:
         self.token = 0
         self.redis_mode = None
         self.lost = False        # Redis lost it; the session was told
+        self.acquired = None     # as redis_held_locks showed it: kept while held
 
     def level_mode(self, level):
         modes = self.stack if level == "session" else [m for m, _ in self.xact]
@@ -328,6 +329,7 @@ class Session:
             # Told once more, and taken again in Redis.
             self.notes.append(LOST(name))
             r.redis_mode = None
+            r.acquired = None        # a new hold, a new time
         if self.would_go_to_redis(name, mode):
             # held_reserve_xact, for the STACK avoidance
             if self.n_xact() >= self.cap_xact:

@@ -56,6 +56,11 @@ from rwtest import RedisServer  # noqa: E402
 
 # Known bugs of the extension whose sequences --skip-known can avoid.
 KNOWN = {
+    "EXITLATE": "seen once under heavy load (seed 600, step 10047; its replay passed): "
+                "after pg_terminate_backend a read hold of the session stayed in Redis "
+                "over 3 s (its release at exit did not get through, perhaps the exit's "
+                "0.5 s budget with a connection to make again); with this flag such a "
+                "hold is waited out until its lease ends (40 s at most) and counted",
     "LOSTWARN": "held_release_xact before ac70ab1 (fixed): COMMIT, ROLLBACK and "
                 "ROLLBACK TO repeated the WARNING of a lost lock once per run of its xact "
                 "holds between other names' (with this flag identical \"was lost\" "
@@ -116,6 +121,7 @@ class Driver:
         self.stats = {}
         self.max_depth = 0
         self.redis_retries = 0
+        self.exit_late = 0
         self.sp_counter = 0
         self.control = psycopg2.connect("", application_name="random_api control",
                                         options="-c rwlock.redis_url=%s" % srv.url)
@@ -149,6 +155,9 @@ class Driver:
 
     def note(self, who, what, expected, observed):
         self.history.append((self.step_no, who, what, repr(expected), observed))
+        if self.args.log:
+            self.args.log.write("%5d %-3s %s\n        expected %s, got %s\n"
+                                % self.history[-1])
         if len(self.history) > 60:
             del self.history[:-40]
 
@@ -227,12 +236,22 @@ class Driver:
         if s.aborted or self.conns[i] is None:
             return
         text, rows, state, notices = self.sql(
-            i, "SELECT name, mode, level, depth, token, lease_state FROM redis_held_locks")
+            i, "SELECT name, mode, level, depth, token, lease_state, acquired "
+               "FROM redis_held_locks")
         self.check(state is None and not notices,
                    "S%d: redis_held_locks: %s %s" % (i, state, notices))
         got = {}
-        for name, mode, level, depth, token, lease in rows:
+        for name, mode, level, depth, token, lease, acquired in rows:
             got[(name, mode[0], level)] = (depth, token, lease)
+            # acquired: when Redis granted the record, the same in all its
+            # rows and for as long as it is held (stacking, upgrades and
+            # downgrades keep it).
+            r = s.recs.get(name)
+            if r is not None:
+                if r.acquired is None:
+                    r.acquired = acquired
+                self.check(acquired == r.acquired, "S%d: %s acquired %s, before %s"
+                           % (i, short(name), acquired, r.acquired))
         want = s.holds_rows()
         self.check(got == want, "S%d: redis_held_locks shows %s, the model %s"
                    % (i, fmt_rows(got), fmt_rows(want)))
@@ -311,9 +330,10 @@ class Driver:
                 self.check(token == ls.last_token, "redis_lock_info(%s): token %s, the "
                            "model's %d" % (short(n), token, ls.last_token))
 
-    def check_redis(self):
+    def check_redis(self, gone_owner=None):
         """Releases at transaction end, redis_unlock_all and exit are sent
-        without waiting for their answers: give Redis a moment."""
+        without waiting for their answers: give Redis a moment. gone_owner:
+        a session just terminated (see KNOWN EXITLATE)."""
         deadline = time.monotonic() + 3.0
         tries = 0
         while True:
@@ -324,6 +344,16 @@ class Driver:
             time.sleep(0.01 if tries < 10 else 0.05)
         if tries:
             self.redis_retries += 1
+        if (problems and gone_owner and "EXITLATE" in self.args.skip_known and
+                all(gone_owner in p for p in problems)):
+            print("random_api: step %d: EXITLATE: the terminated session %s still holds "
+                  "in Redis after 3 s: %s; waiting for its lease" % (
+                      self.step_no, gone_owner, "; ".join(problems)), flush=True)
+            self.exit_late += 1
+            deadline = time.monotonic() + 40
+            while problems and time.monotonic() < deadline:
+                time.sleep(0.5)
+                problems = self.redis_state()
         self.check(not problems, "Redis: " + "; ".join(problems))
         self.model.confirmed(time.time())
 
@@ -682,7 +712,7 @@ class Driver:
             pass
         s.terminated(time.time())
         self.note("ctl", "pg_terminate_backend(S%d pid %d)" % (i, s.pid), "gone", "gone")
-        self.check_redis()       # every hold of the session is gone from Redis
+        self.check_redis(old_owner)  # every hold of the session is gone from Redis
         self.connect(i)
         self.check(s.owner is not None and s.owner != old_owner,
                    "S%d: owner id %s after reconnecting (was %s)" % (i, s.owner, old_owner))
@@ -896,6 +926,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--steps", type=int, default=int(os.environ.get("RANDOM_API_STEPS", "3000")))
+    ap.add_argument("--log", type=argparse.FileType("w"), metavar="FILE",
+                    help="write every step to FILE")
     ap.add_argument("--progress", type=int, default=0, metavar="N",
                     help="print a line every N steps")
     ap.add_argument("--no-deep", dest="deep", action="store_false",
@@ -951,6 +983,9 @@ def main():
               "waited for a release" % (d.step_no, el, d.step_no / max(el, 1e-9),
                                         d.max_depth, d.redis_retries))
         print("random_api: steps: " + ", ".join("%s %d" % kv for kv in sorted(d.stats.items())))
+        if d.exit_late:
+            print("random_api: EXITLATE: %d terminated sessions' holds outlived them "
+                  "(released by their leases)" % d.exit_late)
         print("random_api: %d passed, %d failed" % (d.passed, d.failed))
     return rc
 

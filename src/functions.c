@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * functions.c
- *	  Every SQL entry point of rwlock, their argument checks, and _PG_init.
- *	  Each function checks its arguments and calls one function below; the
- *	  views redis_held_locks and redis_locks are built on redis_held_locks()
- *	  here and redis_locks() in keeper.c, next to the table it reads.
+ *	  Every SQL entry point of rwlock that changes holds, their argument
+ *	  checks, and _PG_init. Each function checks its arguments and calls one
+ *	  function below; the view redis_held_locks is built on
+ *	  redis_held_locks() here. The entry points that only look (redis_locks,
+ *	  redis_lock_info, statistics, blockers) are introspect.c's.
  *
  *-------------------------------------------------------------------------
  */

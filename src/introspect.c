@@ -397,25 +397,18 @@ redis_lock_stats_reset(PG_FUNCTION_ARGS)
 }
 
 /*
- * redis_locks (version 1.2): every hold published by every session of this
- * server, one row per session, name and level (keeper.c's table), then a
- * row per waiting session (deadlock.c's), granted = false, as pg_locks
- * shows waiters. Empty unless rwlock is preloaded.
+ * The rows of every hold published by every session of this server, one
+ * per session, name and level (keeper.c's table): the nine columns of
+ * version 1.1's redis_locks, and with ncols 12 granted, waitstart and datid
+ * as well.
  */
-PG_FUNCTION_INFO_V1(redis_locks_all);
-Datum
-redis_locks_all(PG_FUNCTION_ARGS)
+static void
+introspect_hold_rows(ReturnSetInfo *rsinfo, int ncols)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	RwKeeperRow *holds;
-	RwWaiterRow *waits;
-	int			nholds,
-				nwaits;
+	int			nholds = rw_keeper_rows(&holds);
 	int64		now = rw_now_ms();
 
-	InitMaterializedSRF(fcinfo, 0);
-	nholds = rw_keeper_rows(&holds);
-	nwaits = rw_deadlock_waiters(&waits);
 	for (int i = 0; i < nholds; i++)
 	{
 		RwKeeperRow *h = &holds[i];
@@ -438,12 +431,47 @@ redis_locks_all(PG_FUNCTION_ARGS)
 			values[7] = CStringGetTextDatum(h->lost ? "lost" :
 											h->lease_end_ms < now ? "expired" : "held");
 			values[8] = CStringGetTextDatum(h->owner);
-			values[9] = BoolGetDatum(true);
-			nulls[10] = true;
-			values[11] = ObjectIdGetDatum(h->datid);
+			if (ncols == 12)
+			{
+				values[9] = BoolGetDatum(true);
+				nulls[10] = true;
+				values[11] = ObjectIdGetDatum(h->datid);
+			}
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}
+}
+
+/*
+ * redis_locks as versions 1.0 and 1.1 declare it (an installation not yet
+ * updated with ALTER EXTENSION rwlock UPDATE): the holds only.
+ */
+PG_FUNCTION_INFO_V1(redis_locks);
+Datum
+redis_locks(PG_FUNCTION_ARGS)
+{
+	InitMaterializedSRF(fcinfo, 0);
+	introspect_hold_rows((ReturnSetInfo *) fcinfo->resultinfo, 9);
+	return (Datum) 0;
+}
+
+/*
+ * redis_locks (version 1.2): every hold published by every session of this
+ * server, one row per session, name and level (keeper.c's table), then a
+ * row per waiting session (deadlock.c's), granted = false, as pg_locks
+ * shows waiters. Empty unless rwlock is preloaded.
+ */
+PG_FUNCTION_INFO_V1(redis_locks_all);
+Datum
+redis_locks_all(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RwWaiterRow *waits;
+	int			nwaits;
+
+	InitMaterializedSRF(fcinfo, 0);
+	introspect_hold_rows(rsinfo, 12);
+	nwaits = rw_deadlock_waiters(&waits);
 	for (int i = 0; i < nwaits; i++)
 	{
 		RwWaiterRow *w = &waits[i];

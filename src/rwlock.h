@@ -28,7 +28,8 @@
  *	  route.c      which node serves a lock: the one URL, a server, a
  *	               Sentinel-monitored service, a Redis Cluster or a quorum
  *	  keeper.c     the background workers (the keeper, a renewer per Redis
- *	               server) and their shared table; redis_locks
+ *	               server) and their shared table (read by introspect.c's
+ *	               redis_locks through rw_keeper_rows)
  *	  quorum.c     quorum mode (experimental): several independent masters
  *	               in rwlock.redis_url; one plain node per URL under the
  *	               logical node, acquisitions and renewals sent to all of

@@ -1,0 +1,120 @@
+# The masters of one Redis Cluster are renewed independently (SPEC 13):
+# a cluster without replicas (so a stopped master keeps its slots) and
+# cluster-require-full-coverage off (so the others go on serving theirs),
+# the keeper preloaded, lease 6 s, rwlock.command_timeout and
+# rwlock.connect_timeout 1 s. An idle session holds two write locks in
+# the slots of each of the three masters. The master the URL names first
+# (the one the keeper's own connection, which loads the slot map, talks
+# to) is stopped with SIGSTOP for 10 s, longer than the lease: the least
+# lease left on the other two masters' locks (PTTL read every 100 ms)
+# stays near two thirds of the lease, and no other session takes them.
+# Once the master is thawed, the holder unlocks every lock with no
+# warning for the healthy ones.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib $FindBin::RealBin;
+use RwlockTest;
+use RwlockCluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $c = cluster_start(replicas => 0);
+# With a master down the others serve their own slots (the default would
+# answer CLUSTERDOWN for every slot once the master is marked failed).
+redis_cli($_, 'CONFIG', 'SET', 'cluster-require-full-coverage', 'no')
+  for @{ $c->{ports} };
+my $url = cluster_url($c);
+my $prefix = 'tap_cindep';
+my $node = new_node('cindep', port => $c->{ports}[0], preload => 1, lease => '6s',
+	conf => "rwlock.redis_url = '$url'\nrwlock.command_timeout = '1s'\n"
+	  . "rwlock.connect_timeout = '1s'\n");
+
+sub key_of { return "$prefix:{$_[0]}"; }
+
+# $n names whose slots the given master serves.
+sub names_on
+{
+	my ($master, $stem, $n) = @_;
+	my @ranges = cluster_ranges($c);
+	my @names;
+	for my $i (1 .. 1000)
+	{
+		push @names, "$stem$i"
+		  if cluster_slot_owner($c, key_slot(key_of("$stem$i")), @ranges) == $master;
+		return @names if @names == $n;
+	}
+	die "no names on $master";
+}
+
+ok( defined wait_until(sub { keeper_pid($node) ne '' }, 10), 'the keeper runs');
+my $stalled = $c->{ports}[0];
+my @healthy = grep { $_ != $stalled } cluster_masters($c);
+is(scalar @healthy, 2, "two healthy masters: @healthy; $stalled to be stopped");
+my @on_stalled = names_on($stalled, 'st', 2);
+my %on_healthy = map { $_ => [ names_on($_, "h${_}_", 2) ] } @healthy;
+my @healthy_names = map { @{ $on_healthy{$_} } } @healthy;
+
+my $holder = session($node);
+my $other = session($node);
+for my $name (@on_stalled, @healthy_names)
+{
+	my ($out, $err) = sq($holder, "SELECT redis_wlock('$name') > 0");
+	is($out, 't', "write lock on $name");
+}
+# The other session has its slot map (its first call loads it).
+my ($out) = sq($other, "SELECT redis_try_wlock('$healthy_names[0]')");
+is($out, 'f', 'another session cannot take it');
+sleep 2.5;    # renewed once by the keeper, its connections open
+
+redis_sigstop($stalled);
+my $t0 = time;
+my %min = map { $_ => 1e9 } @healthy_names;
+my $got = 0;
+my $last_try = 0;
+my $samples = 0;
+while (time - $t0 < 10)
+{
+	for my $master (@healthy)
+	{
+		for my $name (@{ $on_healthy{$master} })
+		{
+			my $pttl = redis_cli($master, 'PTTL', key_of($name));
+			$min{$name} = $pttl if $pttl < $min{$name};
+		}
+	}
+	$samples++;
+	if (time - $last_try > 0.5)
+	{
+		for my $name (@healthy_names)
+		{
+			($out) = sq($other, "SELECT redis_try_wlock('$name')");
+			$got++ if $out eq 't';
+		}
+		$last_try = time;
+	}
+	sleep 0.1;
+}
+redis_sigcont($stalled);
+my $least = 1e9;
+$least = $_ < $least ? $_ : $least for values %min;
+diag "master $stalled stopped 10 s: least lease left on the healthy masters' locks "
+  . join(', ', map { "$_ $min{$_} ms" } @healthy_names)
+  . " ($samples samples; lease 6000 ms, renewed at 4000 left)";
+cmp_ok($least, '>', 3300,
+	'the locks on the healthy masters were renewed on time while a master of the same cluster stalled (least lease left > 3.3 s)');
+is($got, 0, 'nobody else took a lock on a healthy master');
+
+# The holder lets them go: the healthy masters' locks without a warning.
+for my $name (@healthy_names)
+{
+	my ($o, $e) = sq($holder, "SELECT redis_unlock('$name')");
+	is($o, 't', "$name: its holder unlocks it: true");
+	is($e, '', "$name: with no warning");
+}
+sq($holder, 'SELECT redis_unlock_all()');
+
+eval { $_->quit } for ($holder, $other);
+$node->stop;
+done_testing();

@@ -494,6 +494,7 @@ rw_cluster_redirected(RwNode *node, RwError *err, int64 started)
 typedef struct ClusterBatch
 {
 	RwConn	   *conn;
+	bool		asking;			/* each call after an ASKING */
 	int			nb;
 	int		   *holds;			/* indexes into the caller's arrays */
 	RwRenewCall rc;
@@ -601,6 +602,7 @@ cluster_renew_send(ClusterRenewal *r, bool open_only)
 			continue;
 		b = &r->flight[r->nflight];
 		b->conn = to;
+		b->asking = ask;
 		b->nb = 0;
 		b->holds = palloc(sizeof(int) * n);
 		for (int j = first; j < n; j++)
@@ -680,6 +682,8 @@ cluster_renew_collect(ClusterRenewal *r)
 	r->flight[f] = r->flight[--r->nflight];
 	bh = palloc(sizeof(int) * b.nb);
 	bw = palloc0(sizeof(char *) * b.nb);
+	/* Routing other holds (rw_cluster_cmd) may have changed it since. */
+	b.conn->asking = b.asking;
 	if (b.conn->ctx == NULL)
 	{
 		pfree(b.rc.calls);

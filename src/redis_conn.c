@@ -351,12 +351,17 @@ rw_conns_first_readable(RwConn **conns, int n)
 		{
 			int64		left = conn_cap - rw_now_ms();
 
-			if (conn_interrupt_wanted() || left <= 0)
+			if (conn_interrupt_wanted())
 				break;
+			/* Past the deadline: one last look, without waiting. */
 			if (WaitEventSetWait(wes, conn_cap == CONN_NO_DEADLINE ? -1 :
-								 (long) Min(left, INT_MAX),
+								 (long) Max(Min(left, INT_MAX), 0),
 								 &ev, 1, PG_WAIT_EXTENSION) == 0)
+			{
+				if (left <= 0)
+					break;
 				continue;
+			}
 			if (ev.events & WL_LATCH_SET)
 				ResetLatch(MyLatch);
 			else if (ev.events & WL_POSTMASTER_DEATH)

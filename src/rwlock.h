@@ -30,7 +30,7 @@
  *	               restarted left out for a lease (rw_quorum_attach)
  *	  cluster.c    Redis Cluster: hash slots, the slot map, a connection
  *	               per master, MOVED/ASK/TRYAGAIN/CLUSTERDOWN, renewals
- *	               batched per master; route.c and keeper.c attach it to
+ *	               sent to every master at once; route.c and keeper.c attach it to
  *	               a redis+cluster:// node (rw_cluster_attach), and its
  *	               resolver (ep->resolve) names a node of the cluster when
  *	               redis_conn.c connects the node's own connections

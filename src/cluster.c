@@ -775,8 +775,14 @@ rw_cluster_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	cap = rw_conn_tighten(rw_now_ms() + rw_connect_timeout_ms);
 	cluster_renew_send(&r, false);
 	rw_conn_restore(cap);
-	/* Every answer read as it comes, all within one timeout. */
-	cap = rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms +
+	/*
+	 * Every answer read as it comes, all within one timeout; a redirected
+	 * renewal may be sent again within it (rw_cluster_redirected counts
+	 * from here: a master being connected to above must not eat the time
+	 * of the others' redirections).
+	 */
+	r.started = rw_now_ms();
+	cap = rw_conn_tighten(r.started + rw_command_timeout_ms +
 						  (rw_wait_replicas > 0 ? rw_wait_replicas_timeout_ms : 0));
 	while (r.nflight > 0)
 	{

@@ -7,9 +7,12 @@
 # (the one the keeper's own connection, which loads the slot map, talks
 # to) is stopped with SIGSTOP for 10 s, longer than the lease: the least
 # lease left on the other two masters' locks (PTTL read every 100 ms)
-# stays near two thirds of the lease, and no other session takes them.
-# Once the master is thawed, the holder unlocks every lock with no
-# warning for the healthy ones.
+# stays near two thirds of the lease, and no other session takes them;
+# meanwhile the slot of one of them is migrated by hand from one healthy
+# master to the other (ASK while migrating, MOVED after), and its renewals
+# follow it there while the stopped master's are still unanswered. Once
+# the master is thawed, the holder unlocks every lock with no warning for
+# the healthy ones.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -48,6 +51,28 @@ sub names_on
 	die "no names on $master";
 }
 
+sub node_id { return redis_cli($_[0], 'CLUSTER', 'MYID'); }
+
+# Migrate a slot by hand, keys and all, as redis-cli --cluster reshard does
+# (t/017); the stopped master is told later by the cluster bus.
+sub move_slot
+{
+	my ($slot, $src, $dst) = @_;
+	my ($src_id, $dst_id) = (node_id($src), node_id($dst));
+	redis_cli($dst, 'CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $src_id);
+	redis_cli($src, 'CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $dst_id);
+	for (1 .. 20)
+	{
+		my @keys = split /\n/, redis_cli($src, 'CLUSTER', 'GETKEYSINSLOT', $slot, 100);
+		last unless @keys;
+		redis_cli($src, 'MIGRATE', '127.0.0.1', $dst, '', 0, 5000, 'KEYS', @keys);
+		sleep 0.1;
+	}
+	sleep 0.3;    # migrating, keys gone: ASK
+	redis_cli($_, 'CLUSTER', 'SETSLOT', $slot, 'NODE', $dst_id) for ($dst, $src);
+	return;
+}
+
 ok( defined wait_until(sub { keeper_pid($node) ne '' }, 10), 'the keeper runs');
 my $stalled = $c->{ports}[0];
 my @healthy = grep { $_ != $stalled } cluster_masters($c);
@@ -74,17 +99,28 @@ my %min = map { $_ => 1e9 } @healthy_names;
 my $got = 0;
 my $last_try = 0;
 my $samples = 0;
+my $moved = $on_healthy{ $healthy[0] }[0];
+my $moved_at;
 while (time - $t0 < 10)
 {
-	for my $master (@healthy)
+	for my $name (@healthy_names)
 	{
-		for my $name (@{ $on_healthy{$master} })
+		# Where the key is (PTTL -2 where it is not; ASK or MOVED where
+		# its slot no longer is).
+		my $pttl = -2;
+		for my $master (@healthy)
 		{
-			my $pttl = redis_cli($master, 'PTTL', key_of($name));
-			$min{$name} = $pttl if $pttl < $min{$name};
+			my $p = redis_cli($master, 'PTTL', key_of($name));
+			$pttl = $p if $p =~ /^-?\d+$/ && $p > $pttl;
 		}
+		$min{$name} = $pttl if $pttl < $min{$name};
 	}
 	$samples++;
+	if (!defined $moved_at && time - $t0 > 3)
+	{
+		move_slot(key_slot(key_of($moved)), @healthy);
+		$moved_at = time - $t0;
+	}
 	if (time - $last_try > 0.5)
 	{
 		for my $name (@healthy_names)
@@ -99,6 +135,9 @@ while (time - $t0 < 10)
 redis_sigcont($stalled);
 my $least = 1e9;
 $least = $_ < $least ? $_ : $least for values %min;
+is(cluster_slot_owner($c, key_slot(key_of($moved)),
+		cluster_ranges($c, $healthy[1])),
+	$healthy[1], sprintf('the slot of %s moved to %d at %.1f s', $moved, $healthy[1], $moved_at));
 diag "master $stalled stopped 10 s: least lease left on the healthy masters' locks "
   . join(', ', map { "$_ $min{$_} ms" } @healthy_names)
   . " ($samples samples; lease 6000 ms, renewed at 4000 left)";

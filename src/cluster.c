@@ -476,13 +476,17 @@ rw_cluster_redirected(RwNode *node, RwError *err, int64 started)
  * A renewal of holds in the slots of several masters sends each master's
  * batch, pipelined, on that master's connection first, then reads the
  * answers as they come, all within one rwlock.command_timeout (SPEC 13: one
- * server that stalls never delays renewals on another). Sent first are the
- * batches whose connections are open, by the slot map as it is (it may be
- * stale: a master that no longer serves a slot answers MOVED); then,
- * within one rwlock.connect_timeout, the rest, which may need the map
- * loaded or a connection made. A master that does not answer in time has
- * its connection dropped (nothing half-read is left on a kept
- * connection), and its holds are undecided: the caller tries them again.
+ * server that stalls never delays renewals on another). In two stages:
+ * first the batches whose connections are open, by the slot map as it is
+ * (it may be stale: a master that no longer serves a slot answers MOVED),
+ * with nothing that waits for a connection; then the rest, which may need
+ * the map loaded or a connection made (within one rwlock.connect_timeout),
+ * so that a stopped master being connected to again (a connection to a
+ * stopped Redis waits in its kernel's backlog) never delays the masters
+ * that answer, nor the renewals they redirect. A master that does not
+ * answer in time has its connection dropped (nothing half-read is left on
+ * a kept connection), and its holds are undecided: the caller tries them
+ * again.
  * Renewals answered MOVED, ASK, TRYAGAIN or CLUSTERDOWN are sent again
  * where they go now as soon as the answer is read, on a connection that
  * has nothing else in flight (the answers of two batches on one
@@ -731,6 +735,39 @@ cluster_renew_collect(ClusterRenewal *r)
 }
 
 /*
+ * Send what is pending and read every answer as it comes, all within one
+ * rwlock.command_timeout, sending again at once what was redirected. With
+ * open_only, only on connections open now (routed by the map as it is);
+ * else (what is left) loading the map and connecting as need be, within
+ * one rwlock.connect_timeout before the answers' time starts. The
+ * redirections' time (rw_cluster_redirected) counts from the answers'.
+ */
+static void
+cluster_renew_stage(ClusterRenewal *r, bool open_only)
+{
+	int64		cap;
+
+	if (open_only)
+		cluster_renew_send(r, true);
+	else
+	{
+		cap = rw_conn_tighten(rw_now_ms() + rw_connect_timeout_ms);
+		cluster_renew_send(r, false);
+		rw_conn_restore(cap);
+	}
+	r->started = rw_now_ms();
+	cap = rw_conn_tighten(r->started + rw_command_timeout_ms +
+						  (rw_wait_replicas > 0 ? rw_wait_replicas_timeout_ms : 0));
+	while (r->nflight > 0)
+	{
+		cluster_renew_collect(r);
+		if (r->npending > 0)
+			cluster_renew_send(r, open_only);
+	}
+	rw_conn_restore(cap);
+}
+
+/*
  * Renew n holds of one node, on behalf of owners[i] (NULL: this session's),
  * as rw_proto_renew does: for a cluster, one pipelined batch per master
  * that serves some of them, all sent before any answer is waited for, and
@@ -744,7 +781,6 @@ rw_cluster_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 				 const int *lease_ms, int n, int *held, RwError *err)
 {
 	ClusterRenewal r;
-	int64		cap;
 
 	if (node->cluster == NULL)
 		return rw_proto_renew(&node->cmd, keys, owners, lease_ms, n, held, NULL, err);
@@ -769,28 +805,11 @@ rw_cluster_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	}
 	r.npending = n;
 
-	/* The masters connected to, by the map as it is: nothing waits here. */
-	cluster_renew_send(&r, true);
-	/* The rest: the map loaded, connections made, within one timeout. */
-	cap = rw_conn_tighten(rw_now_ms() + rw_connect_timeout_ms);
-	cluster_renew_send(&r, false);
-	rw_conn_restore(cap);
-	/*
-	 * Every answer read as it comes, all within one timeout; a redirected
-	 * renewal may be sent again within it (rw_cluster_redirected counts
-	 * from here: a master being connected to above must not eat the time
-	 * of the others' redirections).
-	 */
-	r.started = rw_now_ms();
-	cap = rw_conn_tighten(r.started + rw_command_timeout_ms +
-						  (rw_wait_replicas > 0 ? rw_wait_replicas_timeout_ms : 0));
-	while (r.nflight > 0)
-	{
-		cluster_renew_collect(&r);
-		if (r.npending > 0)
-			cluster_renew_send(&r, false);
-	}
-	rw_conn_restore(cap);
+	/* The masters connected to first: nothing waits for a connection. */
+	cluster_renew_stage(&r, true);
+	/* Then the rest: the map loaded, connections made. */
+	if (r.npending > 0 && !r.interrupted)
+		cluster_renew_stage(&r, false);
 	if (!r.any_ok && err->kind == RW_OK)
 		rw_error_set(err, RW_ERR_CONNECT, "no master of the cluster could be asked to renew the leases");
 	pfree(r.pending);

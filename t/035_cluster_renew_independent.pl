@@ -10,9 +10,10 @@
 # stays near two thirds of the lease, and no other session takes them;
 # meanwhile the slot of one of them is migrated by hand from one healthy
 # master to the other (ASK while migrating, MOVED after), and its renewals
-# follow it there while the stopped master's are still unanswered. Once
-# the master is thawed, the holder unlocks every lock with no warning for
-# the healthy ones.
+# follow it there while the stopped master's are still unanswered; and
+# redis_renew() in the holder's session renews the healthy masters' holds
+# and warns of the stopped one's (undecided, not lost). Once the master is thawed, the holder
+# unlocks every lock with no warning for the healthy ones.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -101,6 +102,7 @@ my $last_try = 0;
 my $samples = 0;
 my $moved = $on_healthy{ $healthy[0] }[0];
 my $moved_at;
+my ($renewed, $renew_err, $renew_secs);
 while (time - $t0 < 10)
 {
 	for my $name (@healthy_names)
@@ -116,6 +118,12 @@ while (time - $t0 < 10)
 		$min{$name} = $pttl if $pttl < $min{$name};
 	}
 	$samples++;
+	# A session renews through the same code (without the keeper, or by
+	# redis_renew()), before the stopped master's holds lapse.
+	if (!defined $renew_secs && time - $t0 > 1.5)
+	{
+		($renewed, $renew_err, $renew_secs) = sq($holder, 'SELECT redis_renew()');
+	}
 	if (!defined $moved_at && time - $t0 > 3)
 	{
 		move_slot(key_slot(key_of($moved)), @healthy);
@@ -133,6 +141,12 @@ while (time - $t0 < 10)
 	sleep 0.1;
 }
 redis_sigcont($stalled);
+is($renewed, scalar @healthy_names,
+	'redis_renew() with a master stopped: the healthy masters\' holds renewed');
+like($renew_err, qr/could not renew the lease of Redis lock "$on_stalled[0]"/,
+	'the stopped master\'s holds undecided: a warning');
+unlike($renew_err, qr/lost|"h\d+_/, 'no hold reported lost, no warning for a healthy one');
+cmp_ok($renew_secs, '<', 3, sprintf('within the timeouts (%.1f s)', $renew_secs));
 my $least = 1e9;
 $least = $_ < $least ? $_ : $least for values %min;
 is(cluster_slot_owner($c, key_slot(key_of($moved)),

@@ -256,11 +256,15 @@ cluster_load(RwNode *node)
 	const char *argv[2] = {"CLUSTER", "SLOTS"};
 	redisReply *r;
 	RwError		err;
+	bool		answered = false;
 
 	c->loaded_call = rw_call_id();
-	if (!rw_conn_ensure(&node->cmd, &err) ||
-		(rw_append(&node->cmd, 2, argv, NULL, NULL),
-		 !rw_exchange(&node->cmd, 1, &r, &err)))
+	if (rw_conn_ensure(&node->cmd, &err))
+	{
+		rw_append(&node->cmd, 2, argv, NULL, NULL);
+		answered = rw_exchange(&node->cmd, 1, &r, &err);
+	}
+	if (!answered)
 	{
 		/*
 		 * A node that did not answer (stopped: it takes connections into

@@ -1,19 +1,21 @@
 # The masters of one Redis Cluster are renewed independently (SPEC 13):
-# a cluster without replicas (so a stopped master keeps its slots) and
-# cluster-require-full-coverage off (so the others go on serving theirs),
-# the keeper preloaded, lease 6 s, rwlock.command_timeout and
-# rwlock.connect_timeout 1 s. An idle session holds two write locks in
-# the slots of each of the three masters. The master the URL names first
-# (the one the keeper's own connection, which loads the slot map, talks
-# to) is stopped with SIGSTOP for 10 s, longer than the lease: the least
-# lease left on the other two masters' locks (PTTL read every 100 ms)
-# stays near two thirds of the lease, and no other session takes them;
-# meanwhile the slot of one of them is migrated by hand from one healthy
-# master to the other (ASK while migrating, MOVED after), and its renewals
-# follow it there while the stopped master's are still unanswered; and
-# redis_renew() in the holder's session renews the healthy masters' holds
-# and warns of the stopped one's (undecided, not lost). Once the master is thawed, the holder
-# unlocks every lock with no warning for the healthy ones.
+# a cluster of five masters without replicas (so a stopped master keeps
+# its slots) and cluster-require-full-coverage off (so the others go on
+# serving theirs), the keeper preloaded, lease 6 s, rwlock.command_timeout
+# and rwlock.connect_timeout 1 s. An idle session holds a write lock in
+# the slots of each master (two on the first). The master the URL names
+# first (the one the keeper's own connection, which loads the slot map,
+# talks to) is stopped with SIGSTOP for 10 s, longer than the lease: the
+# least lease left on the other masters' locks (PTTL) stays near two
+# thirds of the lease, and no other session takes them; meanwhile the slot
+# of one of them is migrated by hand from one healthy master to another
+# (ASK while migrating, MOVED after), and its renewals follow it there
+# while the stopped master's are still unanswered; and redis_renew() in
+# the holder's session renews the healthy masters' holds and warns of the
+# stopped one's (undecided, not lost). Then, the master thawed, two of the
+# five masters, each with a live hold, are stopped for 8 s: the locks on
+# the others stay renewed the same way (renewed one master after another,
+# they waited for both). The holder unlocks those with no warning.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -24,7 +26,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-my $c = cluster_start(replicas => 0);
+my $c = cluster_start(masters => 5, replicas => 0);
 # With a master down the others serve their own slots (the default would
 # answer CLUSTERDOWN for every slot once the master is marked failed).
 redis_cli($_, 'CONFIG', 'SET', 'cluster-require-full-coverage', 'no')
@@ -77,10 +79,30 @@ sub move_slot
 ok( defined wait_until(sub { keeper_pid($node) ne '' }, 10), 'the keeper runs');
 my $stalled = $c->{ports}[0];
 my @healthy = grep { $_ != $stalled } cluster_masters($c);
-is(scalar @healthy, 2, "two healthy masters: @healthy; $stalled to be stopped");
+is(scalar @healthy, 4, "four healthy masters: @healthy; $stalled to be stopped");
+my %where;    # the master a name's slot is on (the sampler follows a move)
+my %stopped;  # masters stopped now: never asked (redis-cli would hang)
+
+# The lease left on a name's lock: PTTL where its slot is, and if that
+# master redirects (ASK, MOVED), on the others.
+sub pttl_of
+{
+	my ($name) = @_;
+	my $pttl = redis_cli($where{$name}, 'PTTL', key_of($name));
+	return $pttl if $pttl =~ /^-?\d+$/ && $pttl >= 0;
+	$pttl = -2;
+	for my $master (grep { !$stopped{$_} } @healthy)
+	{
+		my $p = redis_cli($master, 'PTTL', key_of($name));
+		next unless $p =~ /^-?\d+$/ && $p > $pttl;
+		($pttl, $where{$name}) = ($p, $master);
+	}
+	return $pttl;
+}
 my @on_stalled = names_on($stalled, 'st', 2);
-my %on_healthy = map { $_ => [ names_on($_, "h${_}_", 2) ] } @healthy;
+my %on_healthy = map { $_ => [ names_on($_, "h${_}_", 1) ] } @healthy;
 my @healthy_names = map { @{ $on_healthy{$_} } } @healthy;
+for my $m (@healthy) { $where{$_} = $m for @{ $on_healthy{$m} }; }
 
 my $holder = session($node);
 my $other = session($node);
@@ -95,6 +117,7 @@ is($out, 'f', 'another session cannot take it');
 sleep 2.5;    # renewed once by the keeper, its connections open
 
 redis_sigstop($stalled);
+$stopped{$stalled} = 1;
 my $t0 = time;
 my %min = map { $_ => 1e9 } @healthy_names;
 my $got = 0;
@@ -107,14 +130,7 @@ while (time - $t0 < 10)
 {
 	for my $name (@healthy_names)
 	{
-		# Where the key is (PTTL -2 where it is not; ASK or MOVED where
-		# its slot no longer is).
-		my $pttl = -2;
-		for my $master (@healthy)
-		{
-			my $p = redis_cli($master, 'PTTL', key_of($name));
-			$pttl = $p if $p =~ /^-?\d+$/ && $p > $pttl;
-		}
+		my $pttl = pttl_of($name);
 		$min{$name} = $pttl if $pttl < $min{$name};
 	}
 	$samples++;
@@ -126,7 +142,7 @@ while (time - $t0 < 10)
 	}
 	if (!defined $moved_at && time - $t0 > 3)
 	{
-		move_slot(key_slot(key_of($moved)), @healthy);
+		move_slot(key_slot(key_of($moved)), @healthy[0, 1]);
 		$moved_at = time - $t0;
 	}
 	if (time - $last_try > 0.5)
@@ -141,6 +157,7 @@ while (time - $t0 < 10)
 	sleep 0.1;
 }
 redis_sigcont($stalled);
+delete $stopped{$stalled};
 is($renewed, scalar @healthy_names,
 	'redis_renew() with a master stopped: the healthy masters\' holds renewed');
 like($renew_err, qr/could not renew the lease of Redis lock "$on_stalled[0]"/,
@@ -159,8 +176,46 @@ cmp_ok($least, '>', 3300,
 	'the locks on the healthy masters were renewed on time while a master of the same cluster stalled (least lease left > 3.3 s)');
 is($got, 0, 'nobody else took a lock on a healthy master');
 
-# The holder lets them go: the healthy masters' locks without a warning.
-for my $name (@healthy_names)
+# Two of the five masters stopped at once, both with a live hold: the
+# others' locks are renewed on time all the same (masters renewed one
+# after another, they waited for both).
+ok(cluster_wait_ok($c, 30), 'the stopped master is back in the cluster');
+sleep 2.5;    # renewed again, the connections made again
+my @pair = @healthy[2, 3];
+my @on_rest = grep { $where{$_} != $pair[0] && $where{$_} != $pair[1] } @healthy_names;
+is(scalar @on_rest, 2, "@on_rest on the masters that go on");
+redis_sigstop($_), $stopped{$_} = 1 for @pair;
+$t0 = time;
+%min = map { $_ => 1e9 } @on_rest;
+($got, $samples) = (0, 0);
+while (time - $t0 < 8)
+{
+	for my $name (@on_rest)
+	{
+		my $pttl = pttl_of($name);
+		$min{$name} = $pttl if $pttl < $min{$name};
+	}
+	$samples++;
+	if (time - $last_try > 0.5)
+	{
+		for my $name (@on_rest)
+		{
+			($out) = sq($other, "SELECT redis_try_wlock('$name')");
+			$got++ if $out eq 't';
+		}
+		$last_try = time;
+	}
+	sleep 0.1;
+}
+redis_sigcont($_), delete $stopped{$_} for @pair;
+$least = 1e9;
+$least = $_ < $least ? $_ : $least for values %min;
+diag "masters @pair stopped 8 s: least lease left on the others' locks "
+  . join(', ', map { "$_ $min{$_} ms" } @on_rest) . " ($samples samples)";
+cmp_ok($least, '>', 3300,
+	'two masters stalled: the others\' locks were renewed on time (least lease left > 3.3 s)');
+is($got, 0, 'nobody else took a lock on the other masters');
+for my $name (@on_rest)
 {
 	my ($o, $e) = sq($holder, "SELECT redis_unlock('$name')");
 	is($o, 't', "$name: its holder unlocks it: true");

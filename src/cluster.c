@@ -256,13 +256,25 @@ cluster_load(RwNode *node)
 	const char *argv[2] = {"CLUSTER", "SLOTS"};
 	redisReply *r;
 	RwError		err;
+	bool		answered = false;
 
 	c->loaded_call = rw_call_id();
-	if (!rw_conn_ensure(&node->cmd, &err))
+	if (rw_conn_ensure(&node->cmd, &err))
+	{
+		rw_append(&node->cmd, 2, argv, NULL, NULL);
+		answered = rw_exchange(&node->cmd, 1, &r, &err);
+	}
+	if (!answered)
+	{
+		/*
+		 * A node that did not answer (stopped: it takes connections into
+		 * the kernel's backlog and answers nothing) is not asked first
+		 * again: the next load asks the next node the resolver knows.
+		 */
+		if (err.kind != RW_ERR_INTERRUPTED)
+			node->ep.seed_last = (node->ep.seed_last + 1) & 0xffff;
 		return;
-	rw_append(&node->cmd, 2, argv, NULL, NULL);
-	if (!rw_exchange(&node->cmd, 1, &r, &err))
-		return;
+	}
 	if (r->type == REDIS_REPLY_ARRAY)
 	{
 		memset(c->slots, 0, sizeof(c->slots));
@@ -462,112 +474,350 @@ rw_cluster_redirected(RwNode *node, RwError *err, int64 started)
 	return true;
 }
 
-/* Renew the batch of those pending that conn serves; see rw_cluster_renew. */
-static bool
-cluster_renew_batch(RwConn *conn, int *batch, int nb, RwKeys **keys,
-					const char *const *owners, const int *lease_ms,
-					int *held, char **why, RwError *err)
-{
-	RwKeys	  **bk = palloc(sizeof(RwKeys *) * nb);
-	const char **bo = palloc(sizeof(char *) * nb);
-	int		   *bl = palloc(sizeof(int) * nb);
-	int		   *bh = palloc(sizeof(int) * nb);
-	char	  **bw = palloc0(sizeof(char *) * nb);
-	bool		ok;
+/* ---------------------------------------------------------------------
+ * Renewals: every master at once
+ *
+ * A renewal of holds in the slots of several masters sends each master's
+ * batch, pipelined, on that master's connection first, then reads the
+ * answers as they come, all within one rwlock.command_timeout (SPEC 13: one
+ * server that stalls never delays renewals on another). In two stages:
+ * first the batches whose connections are open, by the slot map as it is
+ * (it may be stale: a master that no longer serves a slot answers MOVED),
+ * with nothing that waits for a connection; then the rest, which may need
+ * the map loaded or a connection made (within one rwlock.connect_timeout),
+ * so that a stopped master being connected to again (a connection to a
+ * stopped Redis waits in its kernel's backlog) never delays the masters
+ * that answer, nor the renewals they redirect. A master that does not
+ * answer in time has its connection dropped (nothing half-read is left on
+ * a kept connection), and its holds are undecided: the caller tries them
+ * again.
+ * Renewals answered MOVED, ASK, TRYAGAIN or CLUSTERDOWN are sent again
+ * where they go now as soon as the answer is read, on a connection that
+ * has nothing else in flight (the answers of two batches on one
+ * connection, or of a batch and CLUSTER SLOTS, must not be confused).
+ * ---------------------------------------------------------------------
+ */
 
-	for (int k = 0; k < nb; k++)
+/* Renewals sent on one connection, not yet answered. */
+typedef struct ClusterBatch
+{
+	RwConn	   *conn;
+	bool		asking;			/* each call after an ASKING */
+	int			nb;
+	int		   *holds;			/* indexes into the caller's arrays */
+	RwRenewCall rc;
+} ClusterBatch;
+
+/* One call of rw_cluster_renew. */
+typedef struct ClusterRenewal
+{
+	RwNode	   *node;
+	RwKeys	  **keys;
+	const char *const *owners;
+	const int  *lease_ms;
+	int		   *held;
+	int64		started;
+	int		   *pending;		/* holds to send, in the caller's order */
+	int			npending;
+	ClusterBatch *flight;		/* batches sent, answers due */
+	int			nflight;
+	bool		any_ok;			/* some batch was answered */
+	bool		interrupted;	/* then nothing more is sent */
+	RwError    *err;			/* the first failure (an interrupt first) */
+} ClusterRenewal;
+
+static void
+cluster_renew_failed(ClusterRenewal *r, const RwError *merr)
+{
+	if (merr->kind == RW_ERR_INTERRUPTED)
+		r->interrupted = true;
+	if (r->err->kind == RW_OK || merr->kind == RW_ERR_INTERRUPTED)
+		*r->err = *merr;
+}
+
+/* Whether a batch is in flight on conn. */
+static bool
+cluster_conn_busy(ClusterRenewal *r, RwConn *conn)
+{
+	for (int b = 0; b < r->nflight; b++)
+		if (r->flight[b].conn == conn)
+			return true;
+	return false;
+}
+
+/*
+ * The connection that serves hold i now, and whether after an ASKING; NULL
+ * if not to be sent yet. With open_only, by the map as it is, and only an
+ * open connection; else as rw_cluster_cmd routes it (the map loaded if due,
+ * on the logical node's connection: not while a batch is in flight there).
+ */
+static RwConn *
+cluster_renew_route(ClusterRenewal *r, int i, bool open_only, bool *asking)
+{
+	RwCluster  *c = r->node->cluster;
+	RwConn	   *conn;
+
+	if (open_only)
 	{
-		bk[k] = keys[batch[k]];
-		bo[k] = owners ? owners[batch[k]] : NULL;
-		bl[k] = lease_ms[batch[k]];
+		int			slot = rw_cluster_key_slot(r->keys[i]->key[0], r->keys[i]->len[0]);
+		RwNode	   *m = c->slots[slot];
+
+		*asking = false;
+		if (c->ask_slot == slot && c->ask_call == rw_call_id())
+		{
+			m = c->ask_node;
+			*asking = true;
+		}
+		conn = m != NULL && m->cmd.ctx != NULL ? &m->cmd : NULL;
 	}
-	ok = rw_proto_renew(conn, bk, owners ? bo : NULL, bl, nb, bh, bw, err);
-	for (int k = 0; ok && k < nb; k++)
+	else if (cluster_conn_busy(r, &r->node->cmd))
+		conn = NULL;
+	else
 	{
-		held[batch[k]] = bh[k];
-		why[batch[k]] = bw[k];
+		conn = rw_cluster_cmd(r->node, r->keys[i]);
+		*asking = conn->asking;
 	}
+	return conn != NULL && !cluster_conn_busy(r, conn) ? conn : NULL;
+}
+
+/*
+ * Send the pending holds that can go now, one pipelined batch per
+ * connection (and per ASKING or not); the others stay pending.
+ */
+static void
+cluster_renew_send(ClusterRenewal *r, bool open_only)
+{
+	int			n = r->npending;
+	int			nretry = 0;
+	int		   *retry = palloc(sizeof(int) * Max(n, 1));
+	RwConn	  **conn = palloc(sizeof(RwConn *) * Max(n, 1));
+	bool	   *asking = palloc(sizeof(bool) * Max(n, 1));
+	RwKeys	  **bk = palloc(sizeof(RwKeys *) * Max(n, 1));
+	const char **bo = palloc(sizeof(char *) * Max(n, 1));
+	int		   *bl = palloc(sizeof(int) * Max(n, 1));
+
+	for (int j = 0; j < n; j++)
+		conn[j] = r->interrupted ? NULL :
+			cluster_renew_route(r, r->pending[j], open_only, &asking[j]);
+	for (int first = 0; first < n; first++)
+	{
+		ClusterBatch *b;
+		RwConn	   *to = conn[first];
+		bool		ask = asking[first];
+		RwError		merr;
+
+		if (to == NULL || r->interrupted)
+			continue;
+		b = &r->flight[r->nflight];
+		b->conn = to;
+		b->asking = ask;
+		b->nb = 0;
+		b->holds = palloc(sizeof(int) * n);
+		for (int j = first; j < n; j++)
+		{
+			if (conn[j] != to || asking[j] != ask)
+				continue;
+			conn[j] = NULL;
+			b->holds[b->nb] = r->pending[j];
+			bk[b->nb] = r->keys[r->pending[j]];
+			bo[b->nb] = r->owners ? r->owners[r->pending[j]] : NULL;
+			bl[b->nb] = r->lease_ms[r->pending[j]];
+			r->pending[j] = -1;
+			b->nb++;
+		}
+		/* Other holds routed to this connection wait for its answers. */
+		for (int j = first + 1; j < n; j++)
+			if (conn[j] == to)
+				conn[j] = NULL;
+		to->asking = ask;
+		if (rw_proto_renew_send(to, bk, r->owners ? bo : NULL, bl, b->nb,
+								&b->rc, &merr))
+		{
+			r->nflight++;
+			continue;
+		}
+		/* Not sent: undecided, unless the map says to try elsewhere. */
+		cluster_renew_failed(r, &merr);
+		if (!r->interrupted && rw_cluster_redirected(r->node, &merr, r->started))
+			for (int k = 0; k < b->nb; k++)
+				retry[nretry++] = b->holds[k];
+		pfree(b->holds);
+	}
+	/* Keep those still pending, in order, and those to try again. */
+	{
+		int			kept = 0;
+
+		for (int j = 0; j < n; j++)
+			if (r->pending[j] >= 0)
+				r->pending[kept++] = r->pending[j];
+		for (int k = 0; k < nretry; k++)
+			r->pending[kept++] = retry[k];
+		r->npending = kept;
+	}
+	pfree(conn);
+	pfree(asking);
 	pfree(bk);
 	pfree(bo);
 	pfree(bl);
+	pfree(retry);
+	/* A master that refused the connection: the map was reloaded (once a call). */
+	if (nretry > 0 && !r->interrupted)
+		cluster_renew_send(r, open_only);
+}
+
+/*
+ * Read the answers of the batch whose connection has something to read
+ * first (or, when the time is up or an interrupt wants it, of the first:
+ * its exchange then fails and drops the connection). Redirected holds
+ * become pending again while there is time.
+ */
+static void
+cluster_renew_collect(ClusterRenewal *r)
+{
+	RwConn	  **conns = palloc(sizeof(RwConn *) * r->nflight);
+	ClusterBatch b;
+	int			f;
+	int		   *bh;
+	char	  **bw;
+	RwError		merr;
+	const char *redirect = NULL;
+
+	for (int k = 0; k < r->nflight; k++)
+		conns[k] = r->flight[k].conn;
+	f = rw_conns_first_readable(conns, r->nflight);
+	pfree(conns);
+	b = r->flight[f];
+	r->flight[f] = r->flight[--r->nflight];
+	bh = palloc(sizeof(int) * b.nb);
+	bw = palloc0(sizeof(char *) * b.nb);
+	/* Routing other holds (rw_cluster_cmd) may have changed it since. */
+	b.conn->asking = b.asking;
+	if (b.conn->ctx == NULL)
+	{
+		pfree(b.rc.calls);
+		pfree(b.rc.leases);
+		rw_error_set(&merr, RW_ERR_LOST, "the connection closed before the renewals were answered");
+		merr.maybe_sent = true;
+		cluster_renew_failed(r, &merr);
+	}
+	else if (!rw_proto_renew_collect(b.conn, &b.rc, bh, bw, &merr))
+	{
+		cluster_renew_failed(r, &merr);
+		if (!r->interrupted)
+			(void) rw_cluster_redirected(r->node, &merr, r->started);
+	}
+	else
+	{
+		r->any_ok = true;
+		for (int k = 0; k < b.nb; k++)
+		{
+			r->held[b.holds[k]] = bh[k] == -2 ? -1 : bh[k];
+			if (bh[k] == -2)
+				rw_cluster_note_redirect(r->node, redirect = bw[k]);
+		}
+	}
+	if (redirect != NULL && !r->interrupted)
+	{
+		RwError		again = {RW_ERR_REPLY};
+
+		strlcpy(again.msg, redirect, sizeof(again.msg));
+		if (rw_cluster_redirected(r->node, &again, r->started))
+		{
+			for (int k = 0; k < b.nb; k++)
+				if (bh[k] == -2)
+					r->pending[r->npending++] = b.holds[k];
+		}
+		else
+			cluster_renew_failed(r, &again);
+	}
+	for (int k = 0; k < b.nb; k++)
+		if (bw[k] != NULL)
+			pfree(bw[k]);
 	pfree(bh);
 	pfree(bw);
-	return ok;
+	pfree(b.holds);
+}
+
+/*
+ * Send what is pending and read every answer as it comes, all within one
+ * rwlock.command_timeout, sending again at once what was redirected. With
+ * open_only, only on connections open now (routed by the map as it is);
+ * else (what is left) loading the map and connecting as need be, within
+ * one rwlock.connect_timeout before the answers' time starts. The
+ * redirections' time (rw_cluster_redirected) counts from the answers'.
+ */
+static void
+cluster_renew_stage(ClusterRenewal *r, bool open_only)
+{
+	int64		cap;
+
+	if (open_only)
+		cluster_renew_send(r, true);
+	else
+	{
+		cap = rw_conn_tighten(rw_now_ms() + rw_connect_timeout_ms);
+		cluster_renew_send(r, false);
+		rw_conn_restore(cap);
+	}
+	r->started = rw_now_ms();
+	cap = rw_conn_tighten(r->started + rw_command_timeout_ms +
+						  (rw_wait_replicas > 0 ? rw_wait_replicas_timeout_ms : 0));
+	while (r->nflight > 0)
+	{
+		cluster_renew_collect(r);
+		if (r->npending > 0)
+			cluster_renew_send(r, open_only);
+	}
+	rw_conn_restore(cap);
 }
 
 /*
  * Renew n holds of one node, on behalf of owners[i] (NULL: this session's),
- * as rw_proto_renew does: for a cluster, one pipelined batch per member
- * that serves some of them, and those redirected sent again where they go
- * now, within rwlock.command_timeout. held[i] as rw_proto_renew's (-1 also
- * for a hold whose member could not be reached or that stayed redirected).
- * False, with *err, if no member could be reached.
+ * as rw_proto_renew does: for a cluster, one pipelined batch per master
+ * that serves some of them, all sent before any answer is waited for, and
+ * those redirected sent again where they go now (see above). held[i] as
+ * rw_proto_renew's (-1 also for a hold whose master could not be reached
+ * or did not answer in time, or that stayed redirected: undecided). False,
+ * with *err, if no master answered. Never throws (but on out of memory).
  */
 bool
 rw_cluster_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 				 const int *lease_ms, int n, int *held, RwError *err)
 {
-	int64		started = rw_now_ms();
-	int		   *pending = palloc(sizeof(int) * n);
-	int		   *batch = palloc(sizeof(int) * n);
-	char	  **why = palloc0(sizeof(char *) * n);
-	int			npending = n;
-	bool		any_ok = false;
+	ClusterRenewal r;
 
 	if (node->cluster == NULL)
 		return rw_proto_renew(&node->cmd, keys, owners, lease_ms, n, held, NULL, err);
+	memset(&r, 0, sizeof(r));
+	r.node = node;
+	r.keys = keys;
+	r.owners = owners;
+	r.lease_ms = lease_ms;
+	r.held = held;
+	r.started = rw_now_ms();
+	r.err = err;
+	err->kind = RW_OK;
+	err->maybe_sent = false;
+	err->msg[0] = '\0';
+	/* A hold is in at most one batch or pending at a time. */
+	r.pending = palloc(sizeof(int) * n);
+	r.flight = palloc(sizeof(ClusterBatch) * n);
 	for (int i = 0; i < n; i++)
 	{
-		pending[i] = i;
+		r.pending[i] = i;
 		held[i] = -1;
 	}
-	while (npending > 0)
-	{
-		int			nagain = 0;
-		const char *redirect = NULL;
+	r.npending = n;
 
-		/* Take the batch of the member serving the first left, until none. */
-		for (int left = npending; left > 0;)
-		{
-			RwConn	   *conn = rw_cluster_cmd(node, keys[pending[nagain]]);
-			int			nb = 0;
-			int			rest = nagain;
-
-			for (int j = nagain; j < nagain + left; j++)
-			{
-				if (rw_cluster_cmd(node, keys[pending[j]]) == conn)
-					batch[nb++] = pending[j];
-				else
-					pending[rest++] = pending[j];
-			}
-			left = rest - nagain;
-			if (cluster_renew_batch(conn, batch, nb, keys, owners, lease_ms,
-									held, why, err))
-				any_ok = true;
-			else if (err->kind == RW_ERR_INTERRUPTED)
-				return false;
-			else
-				(void) rw_cluster_redirected(node, err, started);
-			/* Those redirected go to the front, to be sent again. */
-			for (int k = 0; k < nb; k++)
-			{
-				if (held[batch[k]] != -2)
-					continue;
-				held[batch[k]] = -1;
-				redirect = why[batch[k]];
-				memmove(pending + nagain + 1, pending + nagain, sizeof(int) * left);
-				pending[nagain++] = batch[k];
-			}
-		}
-		npending = nagain;
-		if (npending > 0)
-		{
-			RwError		r = {RW_ERR_REPLY};
-
-			strlcpy(r.msg, redirect, sizeof(r.msg));
-			if (!rw_cluster_redirected(node, &r, started))
-				break;
-		}
-	}
-	return any_ok;
+	/* The masters connected to first: nothing waits for a connection. */
+	cluster_renew_stage(&r, true);
+	/* Then the rest: the map loaded, connections made. */
+	if (r.npending > 0 && !r.interrupted)
+		cluster_renew_stage(&r, false);
+	if (!r.any_ok && err->kind == RW_OK)
+		rw_error_set(err, RW_ERR_CONNECT, "no master of the cluster could be asked to renew the leases");
+	pfree(r.pending);
+	pfree(r.flight);
+	/* An interrupt is the caller's to serve (renew.c raises it). */
+	return r.any_ok && !r.interrupted;
 }

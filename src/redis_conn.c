@@ -314,6 +314,78 @@ rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms)
 	return ready;
 }
 
+/*
+ * Which of n open connections with answers due to read first (cluster.c:
+ * a renewal's batches, sent to every master at once): the first that has
+ * something to read, waiting for one until the cap on deadlines
+ * (rw_conn_tighten) passes. Never throws: an interrupt that wants the wait
+ * cut short, a deadline passed, or a wait set that could not be made all
+ * give 0, and reading that connection then fails at once (closing it) as
+ * any exchange would, or takes the answer that came.
+ */
+int
+rw_conns_first_readable(RwConn **conns, int n)
+{
+	WaitEventSet *volatile wes = NULL;
+	volatile int ready = -1;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	for (int i = 0; i < n; i++)
+		if (conns[i]->ctx == NULL ||
+			conns[i]->ctx->reader->pos < conns[i]->ctx->reader->len ||
+			(conns[i]->tls != NULL && rw_tls_pending(conns[i]->tls)))
+			return i;
+	PG_TRY();
+	{
+		WaitEvent	ev;
+
+		wes = CreateWaitEventSet(CurrentMemoryContext, n + 2);
+		AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(wes, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		for (int i = 0; i < n; i++)
+			AddWaitEventToSet(wes, conns[i]->tls ?
+							  rw_tls_wait_events(conns[i]->tls, WL_SOCKET_READABLE) :
+							  WL_SOCKET_READABLE, conns[i]->ctx->fd, NULL,
+							  (void *) (intptr_t) i);
+		while (ready < 0)
+		{
+			int64		left = conn_cap - rw_now_ms();
+
+			if (conn_interrupt_wanted())
+				break;
+			/* Past the deadline: one last look, without waiting. */
+			if (WaitEventSetWait(wes, conn_cap == CONN_NO_DEADLINE ? -1 :
+								 (long) Max(Min(left, INT_MAX), 0),
+								 &ev, 1, PG_WAIT_EXTENSION) == 0)
+			{
+				if (left <= 0)
+					break;
+				continue;
+			}
+			if (ev.events & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			else if (ev.events & WL_POSTMASTER_DEATH)
+			{
+				if (!proc_exit_inprogress)
+					proc_exit(1);
+				break;
+			}
+			else
+				ready = (int) (intptr_t) ev.user_data;
+		}
+	}
+	PG_CATCH();
+	{
+		/* No descriptor for the set: the answers are read in turn. */
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+	}
+	PG_END_TRY();
+	if (wes != NULL)
+		FreeWaitEventSet(wes);
+	return ready < 0 ? 0 : ready;
+}
+
 /* ---------------------------------------------------------------------
  * Log lines kept for a safe moment
  *

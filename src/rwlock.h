@@ -38,7 +38,7 @@
  *	               restarted left out for a lease (rw_quorum_attach)
  *	  cluster.c    Redis Cluster: hash slots, the slot map, a connection
  *	               per master, MOVED/ASK/TRYAGAIN/CLUSTERDOWN, renewals
- *	               batched per master; route.c and keeper.c attach it to
+ *	               sent to every master at once; route.c and keeper.c attach it to
  *	               a redis+cluster:// node (rw_cluster_attach), and its
  *	               resolver (ep->resolve) names a node of the cluster when
  *	               redis_conn.c connects the node's own connections
@@ -330,6 +330,7 @@ extern bool rw_flush_tagged(RwConn *conn, int64 deadline, RwError *err);
 extern int	rw_take_late(RwConn *conn, RwLate **late);
 extern bool rw_conn_wait_readable(RwConn *conn, long timeout_ms);
 extern bool rw_conns_wait_readable(RwConn **conns, int n, long timeout_ms);
+extern int	rw_conns_first_readable(RwConn **conns, int n);
 extern bool rw_conn_read_pending(RwConn *conn, redisReply **reply, RwError *err);
 extern void rw_log_later(const char *fmt,...) pg_attribute_printf(1, 2);
 extern void rw_logs_flush(void);

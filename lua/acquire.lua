@@ -159,6 +159,12 @@ if ARGV[7] == '-' and g[7] then
 end
 -- Nor does a caller holding nothing wait to upgrade.
 if ARGV[7] == '-' and upgrader == owner then upgrader = nil; put('u', false) end
+-- Nor does it hold the write lock: a writer field of its own is left over
+-- from a release Redis lost (a failover after it), and goes as that release
+-- would have gone (the last token f stays). Else the caller would be
+-- "granted" the old token again, or a read lock inside the old writer's
+-- hash, which dies with that writer's lease (verify/FINDINGS.md F3).
+if ARGV[7] == '-' and writer == owner then writer = nil; put('w', false) end
 
 -- The first waiting writer whose intent is live (those that lapsed are
 -- dropped), its intent end, and whether another writer waits behind it.

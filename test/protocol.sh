@@ -262,6 +262,24 @@ check "an upgrade (\"r\") still holds only the write lock after" "0" "$(run rele
 run release $V g3 '' 0 600000 >/dev/null
 run release $V g2 q 0 600000 >/dev/null
 
+# A writer field of its own that Redis still has after the caller let go of
+# it (a release a failover lost: F3 of verify/FINDINGS.md) is dropped when
+# the caller says "-": a write is granted anew with a larger token, a read
+# gets a hash that lives as long as its own lease, not the old writer's.
+redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+redis-cli -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
+redis-cli -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
+check "a left-over writer field, \"-\" write: a new, larger token" "yes" "$(t=$(run acquire $V s1 w 30000 0 600000 -); [ "$t" -gt 100 ] && echo yes || echo "no $t")"
+check "  its lease is the hash's TTL"  "yes"       "$(t=$(redis-cli -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 20000 ] && echo yes || echo "no $t")"
+redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+redis-cli -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
+redis-cli -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
+check "a left-over writer field, \"-\" read: granted, the last token" "100" "$(run acquire $V s1 r 30000 0 600000 -)"
+check "  the writer field is gone"     "0"         "$(redis-cli -p "$PORT" hexists 'rw:{a}' w)"
+check "  the hash outlives the read's lease, not the old writer's" "yes" "$(t=$(redis-cli -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 30000 ] && echo yes || echo "no $t")"
+check "  another writer is busy behind the read" "-*" "$(run acquire $V s2 w 30000 0 600000 -)"
+redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+
 hf() { redis-cli -p "$PORT" hget 'rw:{a}' "$1"; }
 zs() { redis-cli -p "$PORT" zscore 'rw:{a}:q' "$1"; }
 fresh() { redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null; }

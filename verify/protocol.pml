@@ -886,8 +886,10 @@ inline answered_acquire()
 		pc[cc] = HOLD; bl[cc] = LEASE; msg[cc] = 0; taint[cc] = 0; gnow = 1;
 		if
 		:: mm == W ->
+#ifndef NO_P2
 			assert(tokr > lastret);		/* P2 */
-			lastret = tokr
+#endif
+			lastret = (tokr > lastret -> tokr : lastret)
 		:: else
 		fi;
 		normalize()
@@ -926,7 +928,7 @@ inline try_acquire()
 	:: drops < DROPS -> drops++; printf("c%d acquire %d: connection dropped, did not run\n", cc, mm);
 		/* did not run */
 		pc[cc] = IDLE; owed[cc] = 1
-#if LATE > 0
+#if LATE > 0 && !defined(LATE_RELEASES_ONLY)
 	:: lates < LATE && late_c == NONE -> lates++;
 		/* runs later */
 		late_c = cc; late_k = mm;
@@ -984,7 +986,7 @@ inline client_step(C)
 			:: else -> bl[C] = 0		/* lost */
 			fi;
 			ACKED()
-#if FAILOVERS > 0 && defined(WAIT_REPLICAS)
+#if FAILOVERS > 0 && defined(WAIT_REPLICAS) && !defined(RENEWALS_ACKED)
 		/* not acknowledged by the replica: kept (the master has it), logged */
 		:: d_step { renew(st) }; printf("c%d renew (not acked): %d\n", C, res);
 			if

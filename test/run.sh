@@ -2,7 +2,8 @@
 # run.sh: every test suite. Starts a Redis on 127.0.0.1:6379 and a throw-away
 # PostgreSQL cluster (pg_virtualenv), builds and installs the extension, runs
 # pg_regress and the isolation specs through `make installcheck`, then the
-# protocol test, the client packages (test/packages.sh), both clients on a
+# protocol test, the protocol model check (verify/spin.sh) and the
+# differential test of its script steps (verify/diff_scripts.py), the client packages (test/packages.sh), both clients on a
 # Redis Cluster (test/clients_cluster.sh, 6410-6412), the compliance suite
 # of the clients with SQL sessions (test/cross_test.py for the Python client,
 # test/compliance/driver.py node for the Node client, which needs
@@ -35,6 +36,13 @@ pg_virtualenv -t make installcheck || { status=1; cat regression.diffs output_is
 pg_virtualenv -t -o shared_preload_libraries=rwlock make installcheck REGRESS=keeper ISOLATION= ||
   { status=1; cat regression.diffs 2>/dev/null || true; }
 bash test/protocol.sh || status=1
+# The protocol model-checked (SPIN), and the model's script steps against
+# lua/ on a real Redis. --allow-stale-intent: the known divergence of issue
+# 28 (acquire.lua: a lapsed intent refreshed outside the queue); remove it,
+# and EXPECT_STALE_INTENT in verify/spin.sh, once acquire.lua is fixed.
+bash verify/spin.sh || status=1
+bash verify/spin.sh --mutant no-publish >/dev/null || status=1
+/usr/bin/python3 verify/diff_scripts.py --steps 300 --allow-stale-intent || status=1
 if [ ! -d clients/node/node_modules/ioredis ]; then
   (cd clients/node && npm ci --no-audit --no-fund) ||
     echo "clients/node: npm ci failed (no registry?); run tools/install-deps.sh"

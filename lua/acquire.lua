@@ -164,7 +164,11 @@ if ARGV[7] == '-' and upgrader == owner then upgrader = nil; put('u', false) end
 -- would have gone (the last token f stays). Else the caller would be
 -- "granted" the old token again, or a read lock inside the old writer's
 -- hash, which dies with that writer's lease (verify/FINDINGS.md F3).
-if ARGV[7] == '-' and writer == owner then writer = nil; put('w', false) end
+if ARGV[7] == '-' and writer == owner then
+  writer = nil
+  put('w', false)
+  ttl = keep                                  -- as its release: f stays for keep
+end
 
 -- The first waiting writer whose intent is live (those that lapsed are
 -- dropped), its intent end, and whether another writer waits behind it.

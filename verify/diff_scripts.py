@@ -75,6 +75,7 @@ class Lock:
     def clear_hash(self):
         self.ex, self.w, self.wl, self.f, self.n, self.rm = False, None, 0, None, 0, 0
         self.r, self.i = [0] * N, [0] * N
+        self.m = [0] * N            # waiting readers' own marks, m:<o>
         self.qe = self.rt = self.rw = self.z = 0
 
     def tick(self):
@@ -83,6 +84,7 @@ class Lock:
             setattr(self, a, dec(getattr(self, a)))
         self.r = [dec(v) for v in self.r]
         self.i = [dec(v) for v in self.i]
+        self.m = [dec(v) for v in self.m]
         if self.w is not None and self.wl <= 1:
             self.clear_hash()
         if self.q and self.qt <= 1:
@@ -111,6 +113,7 @@ class Lock:
             return ("granted", NEWTOK), None
         if S.w is None and S.z == 0 and mode == "r":
             S.ex = True
+            S.m[cc] = 0                 # it waited: in now
             if S.r[cc] > 0:
                 S.r[cc] = TV(LEASE)
             elif S.n > 0:
@@ -134,6 +137,10 @@ class Lock:
                 S.rm = 0
             L["myread"] = 0
             g7 = False
+        # "-" too: a writer field of the caller's is left over (F3 of
+        # verify/FINDINGS.md, fixed in acquire.lua): it goes, f stays.
+        if S.w == cc:
+            S.w, S.wl = None, 0
 
         def head():
             while True:
@@ -173,11 +180,19 @@ class Lock:
             if mk > 0:
                 e = TV(mk)
                 if mode == "r":
+                    S.m[cc] = e             # its own mark, for withdrawing it
                     if e > L["lrw"]:
                         L["lrw"] = e
                         S.rw = e
                 else:
-                    if L["myint"] == 0:
+                    # Always (back) in the queue as it renews its intent: a
+                    # live intent keeps its place (ZADD NX), a lapsed or
+                    # absent one goes to the back (F1 of verify/FINDINGS.md,
+                    # fixed in acquire.lua).
+                    if L["myint"] >= 2:
+                        if cc not in S.q:
+                            S.q.append(cc)
+                    else:
                         S.zadd(cc)
                     S.i[cc] = e
                     if e > L["lqe"]:
@@ -206,6 +221,7 @@ class Lock:
                 if L["ln"] == 1 or TV(LEASE) < L["lrm"]:
                     S.rm = TV(LEASE)
             S.r[cc] = TV(LEASE)
+            S.m[cc] = 0                 # it waited: in now
             S.commit_z(L["lqe"], L["lrt"], L["lrw"])
             return ("granted", S.f), None
         first, fe, more = None, 0, False
@@ -277,6 +293,19 @@ class Lock:
             S.zrem(cc)
             S.i[cc] = 0
             changed = True
+        if S.m[cc] > 0:
+            # A waiting reader's mark taken back: if it was the latest, rw
+            # becomes the latest of the other live marks (lapsed ones go).
+            old, S.m[cc] = S.m[cc], 0
+            if lrw > 0 and old >= lrw:
+                top = 0
+                for k in range(N):
+                    if S.m[k] >= 2:
+                        top = max(top, S.m[k])
+                    elif S.m[k] == 1:
+                        S.m[k] = 0
+                lrw = top
+                S.rw = top
         readers_wait = lrw >= 2
         if kq:
             held = 1
@@ -521,12 +550,13 @@ def run(args):
             if st != ms_:
                 diff = {k: (ms_[k], st[k]) for k in st if st[k] != ms_[k]}
                 fail("%s: state differs (model, real): %s" % (desc, diff))
-            # docs/protocol.md 3.3: i:<o> present exactly while <o> is queued
-            # (a member without its field is left over from a hash that
+            # a live intent i:<o> is always queued (a lapsed one may outlive
+            # the queue key until the waiter asks again, which re-queues it;
+            # a member without its field is left over from a hash that
             # expired with its writer's lease: acquire.lua sends it to the
-            # back; only the other way round is the known divergence)
+            # back)
             for k in range(N):
-                if st["i"][k] > 0 and k not in st["q"]:
+                if st["i"][k] >= 2 and k not in st["q"]:
                     if not args.allow_stale_intent:
                         fail("o%d: field i: present but not in the queue "
                              "(docs/protocol.md 3.3; the known divergence of issue 28)" % k)

@@ -185,7 +185,7 @@ hidden byte cc, mm, mk, res, hint, tokr, held, i, j, e, q0, first, fe, go;
 hidden byte more, behind, g6, g7, waiting, changed, left_reader, readers_wait,
 			rgo, isfree, f0, r0;
 hidden int ln, lrm, lqe, lrt, lrw, cnt, until, myread, myint, zz;
-hidden byte savecc, savemm, c2, tmp, oldf, ub;
+hidden byte savecc, savemm, c2, tmp, oldf, ub, inq;
 hidden byte gnow;
 
 /* ------------------------------------------------------------------ */
@@ -376,10 +376,27 @@ inline acq_busy(S, u)
 			:: else
 			fi
 		:: else ->
+#ifdef OLD_QUEUE_JOIN
+			/* before the fix of F1: joined only when i: was absent */
 			if
 			:: myint == 0 -> zadd(S, cc)
 			:: else
 			fi;
+#else
+			/* always (back) in the queue as it renews its intent: a live
+			 * intent keeps its place (ZADD NX), a lapsed or absent one
+			 * goes to the back */
+			if
+			:: myint >= 2 ->
+				inq = (S.qn > 0 && S.q[0] == cc) || (S.qn > 1 && S.q[1] == cc) ||
+					(S.qn > 2 && S.q[2 % N] == cc);
+				if
+				:: !inq -> S.q[S.qn] = cc; S.qn++
+				:: else
+				fi
+			:: else -> zadd(S, cc)
+			fi;
+#endif
 			S.in[cc] = e;
 			if
 			:: e > lqe -> lqe = e; S.qe = e
@@ -439,6 +456,14 @@ inline acquire(S)
 			myread = 0; g7 = 0
 		:: else
 		fi;
+#ifndef OLD_LEFTOVER_WRITER
+		/* "-" too: a writer field of the caller's is left over (F3 fixed):
+		 * it goes as its release would (f stays; the hash lives for keep) */
+		if
+		:: S.w == cc -> S.w = NONE; S.wl = 0
+		:: else
+		fi;
+#endif
 		if
 		:: mm == R ->
 			if

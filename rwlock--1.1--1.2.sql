@@ -43,7 +43,8 @@ CREATE FUNCTION redis_lock_stats_fn(
     OUT datid oid,
     OUT write_session bigint, OUT write_xact bigint,
     OUT read_session bigint, OUT read_xact bigint, OUT try_failed bigint,
-    OUT waits bigint, OUT wait_time double precision, OUT timeouts bigint,
+    OUT waits bigint, OUT wait_time double precision,
+    OUT wait_time_max double precision, OUT timeouts bigint,
     OUT cancels bigint, OUT deadlocks bigint, OUT upgrade_conflicts bigint,
     OUT holds_lost bigint, OUT errors_connection bigint,
     OUT errors_permission bigint, OUT errors_other bigint,
@@ -53,7 +54,7 @@ CREATE FUNCTION redis_lock_stats_fn(
   AS 'MODULE_PATHNAME' LANGUAGE C VOLATILE PARALLEL SAFE;
 CREATE VIEW redis_lock_stats AS
   SELECT s.datid, d.datname, s.write_session, s.write_xact, s.read_session,
-         s.read_xact, s.try_failed, s.waits, s.wait_time, s.timeouts,
+         s.read_xact, s.try_failed, s.waits, s.wait_time, s.wait_time_max, s.timeouts,
          s.cancels, s.deadlocks, s.upgrade_conflicts, s.holds_lost,
          s.errors_connection, s.errors_permission, s.errors_other,
          s.renewals, s.reconnects, s.failovers, s.stats_reset

@@ -895,6 +895,7 @@ rw_deadlock_wait_end(bool granted)
 	dl.active = false;
 	waited = rw_now_ms() - dl.start_ms;
 	rw_stat_add(RW_STAT_WAIT_MS, (uint64) Max(waited, 0));
+	rw_stat_max(RW_STAT_WAIT_MAX_MS, (uint64) Max(waited, 0));
 	dl_unpublish();
 	dl_drop_key();
 	if (granted && dl.checked && log_lock_waits)

@@ -372,7 +372,7 @@ redis_lock_stats_fn(PG_FUNCTION_ARGS)
 		values[0] = ObjectIdGetDatum(rows[i].dboid);
 		for (int j = 0; j < RW_NSTATS; j++)
 		{
-			if (j == RW_STAT_WAIT_MS)
+			if (j == RW_STAT_WAIT_MS || j == RW_STAT_WAIT_MAX_MS)
 				values[1 + j] = Float8GetDatum((double) rows[i].counts[j]);
 			else
 				values[1 + j] = Int64GetDatum((int64) rows[i].counts[j]);

@@ -529,6 +529,7 @@ typedef enum RwStat
 	RW_STAT_TRY_FAILED,			/* try forms that returned false */
 	RW_STAT_WAITS,				/* acquisitions that had to wait */
 	RW_STAT_WAIT_MS,			/* time spent in those waits */
+	RW_STAT_WAIT_MAX_MS,		/* the longest of them */
 	RW_STAT_TIMEOUTS,			/* lock_timeout ran out (55P03) */
 	RW_STAT_CANCELS,			/* waits cancelled, statement_timeout */
 	RW_STAT_DEADLOCKS,			/* 40P01 for a deadlock */
@@ -553,6 +554,7 @@ typedef struct RwStatsCopy
 extern void rw_stats_init(void);
 extern void rw_stats_attach(void);
 extern void rw_stat_add(RwStat what, uint64 n);
+extern void rw_stat_max(RwStat what, uint64 v);
 extern void rw_stat_error(int sqlerrcode);
 extern int	rw_stats_read(RwStatsCopy **rows);
 extern bool rw_stats_reset(void);

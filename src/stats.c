@@ -159,6 +159,20 @@ rw_stat_add(RwStat what, uint64 n)
 	pg_atomic_fetch_add_u64(&stats_mine->counts[what], n);
 }
 
+/* Raise a counter to v if it is lower (the longest wait). Never throws. */
+void
+rw_stat_max(RwStat what, uint64 v)
+{
+	uint64		cur;
+
+	if (stats_mine == NULL)
+		return;
+	cur = pg_atomic_read_u64(&stats_mine->counts[what]);
+	while (cur < v &&
+		   !pg_atomic_compare_exchange_u64(&stats_mine->counts[what], &cur, v))
+		;						/* cur was reloaded: try again */
+}
+
 /* The SQLSTATE of an error this file counts, as a counter. */
 void
 rw_stat_error(int sqlerrcode)

@@ -90,6 +90,8 @@ sq($c, "SELECT redis_unlock('r')");
 # ---- statistics ----
 is(stat_of('waits'), '3', 'three waits counted');
 ok(stat_of('wait_time') > 500, 'their time counted (ms)');
+ok(stat_of('wait_time_max') > 500 && stat_of('wait_time_max') <= stat_of('wait_time'),
+	'the longest wait counted (ms), no longer than all of them');
 sq($a, "SELECT redis_wlock('t')");
 sq($b, "SET lock_timeout = '300ms'");
 ($out, $err) = sq($b, "SELECT redis_wlock('t')");

@@ -194,7 +194,10 @@ SQL
 	for my $n ($n1, $n2)
 	{
 		my %r = (out => '', err => '');
-		$r{h} = IPC::Run::start([ 'pgbench', '-n', '-c', '10', '-j', '2', '-T', '20',
+		# RW_DEADLOCK_RUN="clients-per-server seconds" for a longer run
+		# (issue 29's target: 25 per server, 60 s)
+		my ($clients, $secs) = split ' ', ($ENV{RW_DEADLOCK_RUN} // '10 20');
+		$r{h} = IPC::Run::start([ 'pgbench', '-n', '-c', $clients, '-j', '2', '-T', $secs,
 			'-f', $script, '-h', $n->host, '-p', $n->port, 'postgres' ],
 			'>', \$r{out}, '2>', \$r{err});
 		push @runs, \%r;

@@ -19,44 +19,65 @@
 #    and lets go of it; then the held-back acquisition reaches Redis: it
 #    must not grant a write hold nobody knows of, which would keep another
 #    session out for a lease.
+# 3. Quorum mode: the same as 1 on one member (reached through the proxy)
+#    of three: the release times out there only (the others confirm it), is
+#    owed for that member and sent again, behind the kill, by the next
+#    acquisition; the held-back copy then must not free that member's new
+#    hold.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 use RwlockTest;
+use RwlockQuorum;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
 my $port = redis_start();
-my $pport;
-for my $p (6390 .. 6399)
+my @q = quorum_start(3);
+my $qstarted = time;
+my @proxies;
+
+# A proxy in front of the Redis on $up: (its port, its control directory).
+sub proxy_start
 {
-	next unless RwlockTest::port_free($p);
-	$pport = $p;
-	last;
+	my ($up) = @_;
+	my $pport;
+	for my $p (6390 .. 6399)
+	{
+		next unless RwlockTest::port_free($p);
+		$pport = $p;
+		last;
+	}
+	die "no free port for the proxy" unless $pport;
+	my $ctl = PostgreSQL::Test::Utils::tempdir();
+	push @proxies, IPC::Run::start([ 'python3', "$FindBin::RealBin/holdproxy.py",
+			$pport, $up, $ctl ], '>', \my $pout, '2>', \my $perr);
+	ok(wait_until(sub { -e "$ctl/ready" }, 10), "a proxy listens on $pport");
+	return ($pport, $ctl);
 }
-die "no free port for the proxy" unless $pport;
-my $ctl = PostgreSQL::Test::Utils::tempdir();
-my $proxy = IPC::Run::start([ 'python3', "$FindBin::RealBin/holdproxy.py",
-		$pport, $port, $ctl ], '>', \my $pout, '2>', \my $perr);
-ok(wait_until(sub { -e "$ctl/ready" }, 10), 'the proxy listens');
+my ($pport, $ctl) = proxy_start($port);
+my ($qpport, $qctl) = proxy_start($q[0]);
 
 my $prefix = 'tap_stale';
-my $node = new_node('stale', port => $port, lease => '30s');
+# A quorum's masters count once up for rwlock.quorum_max_lease (part 3).
+my $node = new_node('stale', port => $port, lease => '30s',
+	conf => "rwlock.quorum_max_lease = '5s'\n");
 note "Redis on port $port, the proxy on $pport";
 
 my $s1 = session($node);
 my $s2 = session($node);
 sq($s1, "SET rwlock.redis_url = 'redis://127.0.0.1:$pport/0'");
 
-# Tell the proxy one thing, and wait until it has acted on it.
+# Tell a proxy one thing, and wait until it has acted on it.
 sub proxy_do
 {
-	my ($what) = @_;
-	open my $f, '>', "$ctl/$what" or die "$ctl/$what: $!";
+	my ($what, $dir) = @_;
+	$dir //= $ctl;
+	open my $f, '>', "$dir/$what" or die "$dir/$what: $!";
 	close $f;
-	ok(wait_until(sub { !-e "$ctl/$what" }, 10), "the proxy did $what");
+	ok(wait_until(sub { !-e "$dir/$what" }, 10), "the proxy did $what");
 }
 
 # 1. A release that runs late.
@@ -104,8 +125,37 @@ is($out, 't', 'session 2 lets go of b');
 my ($bw, $br) = redis_holders($port, $prefix, 'b');
 is("$bw/@$br", '/', 'b is free in Redis');
 
+# 3. Quorum mode: a release that runs late on one member.
+my $s3 = session($node);
+sq($s3, "SET rwlock.redis_url = 'redis://127.0.0.1:$qpport/0 "
+	  . "redis://127.0.0.1:$q[1]/0 redis://127.0.0.1:$q[2]/0'");
+sleep 6 - (time - $qstarted) if time - $qstarted < 6;
+($out, $err) = sq($s3, "SELECT redis_wlock('q') > 0");
+is($out, 't', 'quorum: session 3 holds q') or diag($err);
+my $owner3 = session_owner($s3);
+is(quorum_field($q[0], $prefix, 'q', 'w'), $owner3, '... on the proxied member too');
+proxy_do('hold', $qctl);
+($out, $err) = sq($s3,
+	"SET rwlock.command_timeout = '200ms'; SELECT redis_unlock('q'); RESET rwlock.command_timeout");
+note "quorum redis_unlock, one member held back: $out / $err";
+is(quorum_field($q[1], $prefix, 'q', 'w'), '', '... released on the others');
+is(quorum_field($q[0], $prefix, 'q', 'w'), $owner3,
+	'... not on the held-back member');
+sleep 1.5;    # a member that timed out is left alone 1 s (quorum.c)
+($out, $err) = sq($s3, "SELECT redis_wlock('q') > 0");
+is($out, 't', 'session 3 takes q again') or diag($err);
+proxy_do('flush', $qctl);
+sleep 0.5;
+is(quorum_field($q[0], $prefix, 'q', 'w'), $owner3,
+	'the held-back release reached the member late: its new hold stands');
+($out) = sq($s3, "SELECT redis_unlock('q')");
+is($out, 't', 'session 3 lets go of q');
+is(join('/', map { quorum_field($_, $prefix, 'q', 'w') } @q), '//',
+	'q is free on every member');
+
 $s1->quit;
 $s2->quit;
-$proxy->kill_kill;
+$s3->quit;
+$_->kill_kill for @proxies;
 $node->stop;
 done_testing();

@@ -898,11 +898,6 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 }
 
 /*
- * Connect a new socket to one address and wait, through the latch, until
- * the connection is made. False with *err (the connection closed) if it
- * fails, times out or is interrupted.
- */
-/*
  * A new connection is made to addr: until the handshake asks its CLIENT ID,
  * its id is unknown; the address says which server an id belongs to.
  */
@@ -924,6 +919,11 @@ conn_note_peer(RwConn *conn, int family, const struct sockaddr *addr,
 		conn->client.peer[0] = '\0';	/* no kill will match it */
 }
 
+/*
+ * Connect a new socket to one address and wait, through the latch, until
+ * the connection is made. False with *err (the connection closed) if it
+ * fails, times out or is interrupted.
+ */
 static bool
 conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 			socklen_t addrlen, int64 deadline, RwError *err)

@@ -462,6 +462,7 @@ conn_keep_late(RwConn *conn, void *tag, redisReply *reply)
 			MemoryContextAlloc(TopMemoryContext, conn->caplate * sizeof(RwLate));
 	}
 	conn->late[conn->nlate].tag = tag;
+	conn->late[conn->nlate].from = conn->client;
 	conn->late[conn->nlate++].reply = reply;
 }
 
@@ -567,6 +568,31 @@ conn_make_wait_set(RwConn *conn, RwError *err)
 static bool conn_exchange(RwConn *conn, int nreplies, redisReply **replies,
 						  int64 deadline, const char *limit, int limit_ms,
 						  RwError *err);
+
+/*
+ * The connection's CLIENT ID, which lets a release sent again kill this
+ * connection first if it is cut off with a command in flight (release.c).
+ * A user an ACL refuses it (or a proxy that does not pass it) goes without
+ * that protection: said once in the server log.
+ */
+static void
+conn_note_client_id(RwConn *conn, redisReply *r)
+{
+	static bool said = false;
+
+	if (r->type == REDIS_REPLY_INTEGER && r->integer > 0)
+	{
+		conn->client.id = r->integer;
+		return;
+	}
+	if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0)
+		return;					/* CLIENT SETNAME's answer says it */
+	if (!said)
+		rw_log_later("rwlock: Redis at %s refused CLIENT ID (%s): a release or acquisition cut off in flight cannot be stopped from running late, after this session takes the lock again; allow +client|id +client|kill",
+					 conn->client.peer,
+					 r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
+	said = true;
+}
 
 /* An error reply in the handshake: credentials refused, or another failure. */
 static bool
@@ -722,8 +748,8 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 			   int64 deadline, RwError *err)
 {
 	RwEndpoint *ep = &conn->node->ep;
-	const char *commands[7];
-	redisReply *replies[7];
+	const char *commands[8];
+	redisReply *replies[8];
 	char		dbbuf[16];
 	char		namebuf[64];
 	char	   *probe = NULL;
@@ -761,6 +787,13 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 				 conn->is_subscriber ? ":sub" : "");
 		rw_append(conn, 3, argv, NULL, NULL);
 		commands[n++] = "CLIENT SETNAME";
+	}
+	if (fit_check)
+	{
+		const char *argv[2] = {"CLIENT", "ID"};
+
+		rw_append(conn, 2, argv, NULL, NULL);
+		commands[n++] = "CLIENT ID";
 	}
 	if (ep->sentinel && !role_checked)
 	{
@@ -810,6 +843,8 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 
 		if (!ok)
 			;
+		else if (strcmp(commands[i], "CLIENT ID") == 0)
+			conn_note_client_id(conn, r);
 		else if (strcmp(commands[i], "CONFIG GET") == 0)
 		{
 			/* Refused (an ACL, a renamed CONFIG): INFO is asked below. */
@@ -863,6 +898,28 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 }
 
 /*
+ * A new connection is made to addr: until the handshake asks its CLIENT ID,
+ * its id is unknown; the address says which server an id belongs to.
+ */
+static void
+conn_note_peer(RwConn *conn, int family, const struct sockaddr *addr,
+			   socklen_t addrlen)
+{
+	char		host[NI_MAXHOST];
+	char		serv[NI_MAXSERV];
+
+	conn->client.id = 0;
+	if (family == AF_UNIX)
+		strlcpy(conn->client.peer, ((const struct sockaddr_un *) addr)->sun_path,
+				sizeof(conn->client.peer));
+	else if (getnameinfo(addr, addrlen, host, sizeof(host), serv, sizeof(serv),
+						 NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+		snprintf(conn->client.peer, sizeof(conn->client.peer), "%s:%s", host, serv);
+	else
+		conn->client.peer[0] = '\0';	/* no kill will match it */
+}
+
+/*
  * Connect a new socket to one address and wait, through the latch, until
  * the connection is made. False with *err (the connection closed) if it
  * fails, times out or is interrupted.
@@ -890,6 +947,7 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 	}
 	conn->ctx = redisConnectFd(fd);
 	conn->opens++;
+	conn_note_peer(conn, family, addr, addrlen);
 	if (conn->ctx == NULL)
 	{
 		close(fd);

@@ -22,6 +22,21 @@
  * the next acquisition of its name: running a release twice is harmless, as
  * release.lua only removes what the owner holds and never creates a hold.
  *
+ * That order holds per connection only. A command cut off in flight (a
+ * release, or an acquisition, whose connection we closed at a timeout) may
+ * still reach Redis later on the old connection (its bytes delayed in the
+ * network, a partition that heals, a proxy), after the release sent again
+ * and the next grant on the new one: a release would free the new hold
+ * while the session believes it holds (another session could take it), an
+ * acquisition would grant a hold nobody knows of. So the record remembers
+ * the connection cut off (its CLIENT ID and the server's address,
+ * RwClientId), and is sent again behind a CLIENT KILL ID of it, on the new
+ * connection to the same server only (client ids are per server): Redis
+ * runs the kill first, which closes the old connection and drops its unread
+ * input; its late bytes then find no connection. The kill's answer is
+ * discarded ("No such client" when it closed already). A user an ACL
+ * refuses CLIENT ID goes without (redis_conn.c logs it once).
+ *
  * Releases whose answer nobody waits for (at transaction end, at exit, by
  * redis_unlock_all and DISCARD ALL) are sent as EVAL, with the script's body
  * (scripts.c): a SCRIPT FLUSH, restart or failover that emptied Redis's
@@ -46,6 +61,9 @@
 #include "storage/ipc.h"
 #include "utils/memutils.h"
 
+/* Connections remembered per record; the oldest is forgotten past that. */
+#define RW_STALE_MAX 4
+
 typedef struct RwOwed
 {
 	RwNode	   *node;
@@ -58,6 +76,9 @@ typedef struct RwOwed
 	RwConn	   *conn;			/* node->cmd, or a cluster's or quorum's
 								 * member's */
 	bool		warn_if_lost;	/* a hold the session believed held */
+	int			nstale;
+	RwClientId	stale[RW_STALE_MAX];	/* connections cut off with it (or
+										 * an acquisition) in flight */
 	struct RwOwed *next;
 } RwOwed;
 
@@ -142,19 +163,43 @@ release_find_unsent(RwNode *node, int ix, const char *name)
 	return NULL;
 }
 
+/*
+ * Remember that a connection was cut off with a command of this record's
+ * name in flight: it is killed before the record is sent again. An unknown
+ * id (0) is no use; the oldest is forgotten when there are too many.
+ */
+static void
+release_note_stale(RwOwed *rec, const RwClientId *from)
+{
+	if (from == NULL || from->id == 0)
+		return;
+	for (int i = 0; i < rec->nstale; i++)
+		if (rec->stale[i].id == from->id &&
+			strcmp(rec->stale[i].peer, from->peer) == 0)
+			return;
+	if (rec->nstale == RW_STALE_MAX)
+	{
+		memmove(rec->stale, rec->stale + 1,
+				(RW_STALE_MAX - 1) * sizeof(RwClientId));
+		rec->nstale--;
+	}
+	rec->stale[rec->nstale++] = *from;
+}
+
 static void
 release_owe_one(RwNode *node, int ix, const char *name, const RwKeys *keys,
-				RwKeep keep, int lease_ms)
+				RwKeep keep, int lease_ms, const RwClientId *from)
 {
 	RwOwed	   *rec = release_find_unsent(node, ix, name);
 
 	if (rec == NULL)
-		(void) release_record(node, ix, name, keys, keep, lease_ms, false);
+		rec = release_record(node, ix, name, keys, keep, lease_ms, false);
 	else if (keep < rec->keep)
 	{
 		rec->keep = keep;
 		rec->lease_ms = lease_ms;
 	}
+	release_note_stale(rec, from);
 }
 
 /*
@@ -162,11 +207,13 @@ release_owe_one(RwNode *node, int ix, const char *name, const RwKeys *keys,
  * have granted the lock was cut off. One unsent record per name (per
  * member): the one that lets go of more wins (nothing kept < a read lock
  * kept < only the intent withdrawn). ix: a quorum's member, or -1 for all
- * of them (or the node that is no quorum).
+ * of them (or the node that is no quorum). cut_off: the command went out
+ * on the connection that serves the name (which a failure closed), and
+ * may run late: that connection is killed before the release is sent.
  */
 void
 rw_release_owe(RwNode *node, int ix, const char *name, const RwKeys *keys,
-			   RwKeep keep, int lease_ms)
+			   RwKeep keep, int lease_ms, bool cut_off)
 {
 	int			ixs[RW_QUORUM_MAX];
 	int			n = ix >= 0 ? 1 : release_targets(node, ixs);
@@ -174,7 +221,8 @@ rw_release_owe(RwNode *node, int ix, const char *name, const RwKeys *keys,
 	if (ix >= 0)
 		ixs[0] = ix;
 	for (int i = 0; i < n; i++)
-		release_owe_one(node, ixs[i], name, keys, keep, lease_ms);
+		release_owe_one(node, ixs[i], name, keys, keep, lease_ms,
+						cut_off ? &release_conn(node, ixs[i], keys)->client : NULL);
 }
 
 /* Why a quorum's member was not asked: it failed a moment ago. */
@@ -185,10 +233,25 @@ release_not_asked(RwError *err)
 	strlcpy(err->msg, "the Redis node failed a moment ago", sizeof(err->msg));
 }
 
-/* Queue a record's release, tagged with it, on an open connection. */
+/*
+ * Queue a record's release, tagged with it, on an open connection: behind
+ * a CLIENT KILL of each connection to this server that was cut off with a
+ * command of the name in flight, whose answers nobody reads.
+ */
 static void
 release_append(RwOwed *rec, RwConn *conn)
 {
+	for (int i = 0; i < rec->nstale; i++)
+	{
+		char		id[24];
+		const char *argv[4] = {"CLIENT", "KILL", "ID", id};
+
+		if (rec->stale[i].id == conn->client.id ||
+			strcmp(rec->stale[i].peer, conn->client.peer) != 0)
+			continue;
+		snprintf(id, sizeof(id), INT64_FORMAT, rec->stale[i].id);
+		rw_append(conn, 4, argv, NULL, RW_TAG_DISCARD);
+	}
 	rw_proto_release_append(conn, &rec->keys, rec->keep, rec->lease_ms, rec);
 	rec->sent = true;
 	rec->conn = conn;
@@ -262,9 +325,12 @@ rw_note_release_failed(const char *name, const RwError *err)
 					ERRCODE_CONNECTION_FAILURE, msg, detail);
 }
 
-/* What Redis answered to a sent record; the record is dropped or kept. */
+/*
+ * What Redis answered to a sent record (on the connection from); the record
+ * is dropped or kept.
+ */
 static void
-release_answered(RwOwed *rec, redisReply *reply)
+release_answered(RwOwed *rec, redisReply *reply, const RwClientId *from)
 {
 	RwError		err;
 	int			held;
@@ -272,11 +338,13 @@ release_answered(RwOwed *rec, redisReply *reply)
 	if (reply == NULL)
 	{
 		/*
-		 * The connection closed first: it may or may not have run. Sent again,
-		 * it may find the lock released by its first run: not a loss.
+		 * The connection closed first: it may or may not have run, or run
+		 * later still (killed first when sent again). Sent again, it may
+		 * find the lock released by its first run: not a loss.
 		 */
 		rec->sent = false;
 		rec->warn_if_lost = false;
+		release_note_stale(rec, from);
 		return;
 	}
 	if (reply->type == REDIS_REPLY_ERROR && rw_proto_is_redirect(reply->str))
@@ -313,7 +381,7 @@ release_read_conn(RwConn *conn)
 	int			n = rw_take_late(conn, &late);
 
 	for (int i = 0; i < n; i++)
-		release_answered((RwOwed *) late[i].tag, late[i].reply);
+		release_answered((RwOwed *) late[i].tag, late[i].reply, &late[i].from);
 	if (late)
 		pfree(late);
 }
@@ -421,7 +489,7 @@ release_now_members(RwNode *node, const char *name, const RwKeys *keys,
 		if (held[i] == -3)
 		{
 			held[i] = -1;
-			release_owe_one(node, i, name, keys, keep, lease_ms);
+			release_owe_one(node, i, name, keys, keep, lease_ms, NULL);
 			continue;
 		}
 		if (held[i] == -2)
@@ -431,7 +499,9 @@ release_now_members(RwNode *node, const char *name, const RwKeys *keys,
 			continue;
 		rw_quorum_failed(node, i, &errs[i]);
 		if (errs[i].kind != RW_ERR_REPLY)
-			release_owe_one(node, i, name, keys, keep, lease_ms);
+			release_owe_one(node, i, name, keys, keep, lease_ms,
+							errs[i].maybe_sent ?
+							&rw_quorum_member(node, i)->cmd.client : NULL);
 	}
 	rw_conn_restore(cap);
 }
@@ -470,7 +540,8 @@ rw_release_now(RwNode *node, const char *name, const RwKeys *keys,
 									   lease_ms, err);
 		} while (one < 0 && rw_cluster_redirected(node, err, started));
 		if (one < 0 && err->kind != RW_ERR_REPLY)
-			release_owe_one(node, -1, name, keys, keep, lease_ms);
+			release_owe_one(node, -1, name, keys, keep, lease_ms,
+							err->maybe_sent ? &rw_cluster_cmd(node, keys)->client : NULL);
 		return one;
 	}
 	release_now_members(node, name, keys, keep, lease_ms, held, errs);

@@ -258,14 +258,29 @@ typedef struct RwError
 } RwError;
 
 /*
+ * A connection as its server knows it: CLIENT ID (0: unknown, the user may
+ * not ask) and the server's address it was connected to ("host:port", or
+ * the unix socket's path). Client ids are per server: a CLIENT KILL ID goes
+ * to the same address only (release.c).
+ */
+#define RW_PEER_MAX 80
+typedef struct RwClientId
+{
+	int64		id;
+	char		peer[RW_PEER_MAX];
+} RwClientId;
+
+/*
  * A reply to a command sent with a tag (rw_append with tag != NULL), read
  * later. reply is NULL when the connection closed before it arrived: the
- * command may or may not have run.
+ * command may or may not have run, or run later still (its bytes in
+ * flight): from says which connection to kill first (release.c).
  */
 typedef struct RwLate
 {
 	void	   *tag;
 	redisReply *reply;
+	RwClientId	from;
 } RwLate;
 
 /*
@@ -290,6 +305,8 @@ typedef struct RwConn
 	uint64		opens;			/* connections made so far (quorum.c checks
 								 * each new one's Redis for a restart) */
 	uint64		addr_gen;		/* the node's ep.addr_gen it connected at */
+	RwClientId	client;			/* this connection's id on its server; kept
+								 * after it closes (the last one's) */
 	uint64		failed_call;	/* the call whose connection attempt failed */
 	RwError		failed_err;		/* ... and why */
 	void	  **owed;			/* tags of commands whose replies are due */
@@ -731,7 +748,8 @@ extern int	rw_release_now(RwNode *node, const char *name, const RwKeys *keys,
 extern void rw_release_later(RwNode *node, const char *name,
 							 const RwKeys *keys, RwKeep keep, int lease_ms);
 extern void rw_release_owe(RwNode *node, int ix, const char *name,
-						   const RwKeys *keys, RwKeep keep, int lease_ms);
+						   const RwKeys *keys, RwKeep keep, int lease_ms,
+						   bool cut_off);
 extern void rw_release_flush(void);
 extern void rw_release_send_owed(RwNode *node);
 extern void rw_release_granted(RwNode *node, const char *name);

@@ -10,7 +10,8 @@
 #     withdrawn; one without the lock keys gets 42501 (NOPERM), not XX000,
 #     Redis's message in the detail;
 #   - a user made by docs/connecting.md's ACL SETUSER line locks, is woken from a
-#     wait by a release (not by the lease) and sees redis_connection_info;
+#     wait by a release (not by the lease), sees redis_connection_info and
+#     may ask its CLIENT ID; a user refused CLIENT ID locks, logged once;
 #   - (issue 27.17) holds Redis lost (keys deleted): redis_unlock and
 #     redis_unlock_all each report them lost themselves, and an unlock of
 #     such a name afterwards gives one warning, that it is not held (it
@@ -127,6 +128,18 @@ cmp_ok(time - $t0, '<', 3, '... woken by the release, not the 10 s lease');
 sq($s2, "SELECT redis_unlock('h')");
 ($out, $err) = sq($s, "SELECT connected FROM redis_connection_info() WHERE current");
 is($out, 't', '... and redis_connection_info works') or diag($err);
+unlike(slurp_file($node->logfile), qr/refused CLIENT ID/,
+	'... and may ask its CLIENT ID (t/036: cut-off connections are killed)');
+
+# A user refused CLIENT ID locks, without that protection: logged once.
+redis_cli($good, 'ACL', 'SETUSER', 'noid', 'on', '>pw', '~*', '&*', '+@all',
+	'-client|id');
+use_url($s, "redis://noid:pw\@127.0.0.1:$good/0");
+($out, $err) = sq($s, "SELECT redis_wlock('i') > 0");
+is($out, 't', 'a user refused CLIENT ID locks') or diag($err);
+ok(wait_until(sub { slurp_file($node->logfile) =~ /refused CLIENT ID/ }, 10),
+	'... and the server log says the protection is off');
+sq($s, "SELECT redis_unlock('i')");
 
 # ---- unlocking lost holds (issue 27.17) ------------------------------------
 # Each lost hold is reported once, by the call that unlocks it; a later

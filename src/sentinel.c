@@ -237,6 +237,10 @@ rw_sentinel_resolve(RwEndpoint *ep, int64 deadline, RwError *err)
 	{
 		ep->seed_last = tally.first[which];
 		ep->resolved_ms = rw_now_ms();
+		/* The master moved since it was last found: a failover followed. */
+		if (ep->host != NULL &&
+			(strcmp(ep->host, tally.host[which]) != 0 || ep->port != tally.port[which]))
+			rw_stat_add(RW_STAT_FAILOVERS, 1);
 		rw_endpoint_set_addr(ep, tally.host[which], tally.port[which]);
 		sentinel_tally_free(&tally);
 		return true;

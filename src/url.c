@@ -641,12 +641,7 @@ rw_endpoint_set_addr(RwEndpoint *ep, const char *host, int port)
 	if (ep->host != NULL && strcmp(ep->host, host) == 0 && ep->port == port)
 		return;
 	if (ep->host != NULL)
-	{
-		/* A Sentinel-monitored master that moved: a failover followed. */
-		if (ep->sentinel)
-			rw_stat_add(RW_STAT_FAILOVERS, 1);
 		pfree(ep->host);
-	}
 	ep->host = MemoryContextStrdup(TopMemoryContext, host);
 	ep->port = port;
 	ep->addr_gen++;

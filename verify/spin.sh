@@ -45,7 +45,7 @@ CONFIGS=(
 "faults|pass|-DDROPS=1 -DLOSTMSG=1 $KNOWN|a dropped connection (the command ran or not; owed releases, withdrawals lost) and a lost wake-up message: P1-P4"
 "restart|pass|-DRESTARTS=1 -DNO_P1 $KNOWN|a restart that loses the data set: P2-P4 (P1 needs the next config)"
 "F2|P3|-DLATE=1 -DNO_P4 $KNOWN|finding: acquire.lua's ARGV[7] \"-\" cleanup of a left-over reader field frees the lock for a queued writer, and acquire never publishes: the writer sleeps to its hint"
-"F4|P1|-DLATE=1 -DLATE_RELEASES_ONLY -DNO_P3 -DNO_P4 $KNOWN|finding: a release cut off in flight that Redis runs after the client's re-sent release and new grant (on a new connection) frees the new hold"
+"F4-without-kill|P1|-DLATE=1 -DLATE_RELEASES_ONLY -DNO_P3 -DNO_P4 $KNOWN|F4, fixed outside the model: a release cut off in flight that Redis runs after the client's re-sent release and new grant frees the new hold; the client now kills the old connection by its CLIENT ID before it re-sends (release.c, t/036), so the late command never runs: the model, which has no kill, still shows why it is needed"
 )
 LONG=(
 "restart-P1|P1|-DRESTARTS=1 $KNOWN|by design: holders of a data set Redis lost keep believing until their lease ends by their clock; only fencing tokens protect (docs/protocol.md 13)"

@@ -30,7 +30,8 @@
 -- the caller holds a read lock and wants the write lock while `other`, also a
 -- reader, waits to do the same: one of them must give up; the empty string
 -- when the caller upgrades (ARGV[7] "r") a read lock Redis no longer has for
--- it: that read lock was lost. Never publishes.
+-- it: that read lock was lost. Publishes only when its "-" clean-up let go
+-- of what a lost release should have, to the waiter that may now proceed.
 --
 -- While a writer holds the lock (field w), the hash's TTL is its lease: the
 -- writer's grant and renewal set it, nothing else may. Otherwise the hash
@@ -149,11 +150,12 @@ end
 -- release Redis lost (a failover) left it. Gone at once (others() reads the
 -- hash), so that it neither passes for an upgrade nor keeps the caller
 -- ahead of waiting writers.
+local cleaned = false                 -- the clean-up below freed the lock
 if ARGV[7] == '-' and g[7] then
   redis.call('HDEL', hash, rkey)
   n = n - 1
   put('n', n > 0 and n)
-  if n == 0 then put('rm', false) end
+  if n == 0 then put('rm', false); cleaned = true end
   myread = 0
   g[7] = false
 end
@@ -168,6 +170,7 @@ if ARGV[7] == '-' and writer == owner then
   writer = nil
   put('w', false)
   ttl = keep                                  -- as its release: f stays for keep
+  cleaned = true
 end
 
 -- The first waiting writer whose intent is live (those that lapsed are
@@ -217,6 +220,15 @@ local function others()
 end
 
 local function busy(until_ms)
+  -- The clean-up above let go of what a lost release should have (the
+  -- caller's last reader field, or its writer field) while others wait:
+  -- told as that release would have told them (verify/FINDINGS.md F2). A
+  -- waiter woken for nothing only tries again.
+  if cleaned and not writer then
+    local first = head()
+    if first and first ~= owner then redis.call('PUBLISH', hash .. ':c:' .. first, 'w')
+    elseif not first and rw > now then redis.call('PUBLISH', hash .. ':c', 'r') end
+  end
   if mark > 0 then
     local e = now + mark
     if mode == 'r' then

@@ -280,6 +280,29 @@ check "  the hash outlives the read's lease, not the old writer's" "yes" "$(t=$(
 check "  another writer is busy behind the read" "-*" "$(run acquire $V s2 w 30000 0 600000 -)"
 redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 
+# F2 of verify/FINDINGS.md: the "-" clean-up of a left-over reader field that
+# frees the lock for a queued writer tells that writer, as the release Redis
+# lost would have; a clean-up that frees nothing tells nobody.
+redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+run acquire $V p1 r 30000 0 600000 >/dev/null
+check "F2: a writer waits behind a reader" "-*" "$(run acquire $V p2 w 30000 2000 600000 -)"
+listen
+check "  the reader's field is left over: \"-\" drops it, busy behind the writer" "-*" "$(run acquire $V p1 r 30000 2000 600000 -)"
+check "  the queued writer is told" "w:p2" "$(heard)"
+check "  and is granted"              "[0-9]*" "$(run acquire $V p2 w 30000 2000 600000 -)"
+run release $V p2 '' 0 600000 >/dev/null
+run release $V p1 q 0 600000 >/dev/null
+run acquire $V p1 r 30000 0 600000 >/dev/null
+run acquire $V p3 r 30000 0 600000 >/dev/null
+run acquire $V p2 w 30000 2000 600000 - >/dev/null
+listen
+run acquire $V p1 r 30000 2000 600000 - >/dev/null
+check "  a clean-up that leaves a reader tells nobody" "" "$(heard)"
+run release $V p3 '' 0 600000 >/dev/null
+run release $V p2 q 0 600000 >/dev/null
+run release $V p1 q 0 600000 >/dev/null
+redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+
 hf() { redis-cli -p "$PORT" hget 'rw:{a}' "$1"; }
 zs() { redis-cli -p "$PORT" zscore 'rw:{a}:q' "$1"; }
 fresh() { redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null; }

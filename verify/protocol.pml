@@ -185,7 +185,7 @@ hidden byte cc, mm, mk, res, hint, tokr, held, i, j, e, q0, first, fe, go;
 hidden byte more, behind, g6, g7, waiting, changed, left_reader, readers_wait,
 			rgo, isfree, f0, r0;
 hidden int ln, lrm, lqe, lrt, lrw, cnt, until, myread, myint, zz;
-hidden byte savecc, savemm, c2, tmp, oldf, ub, inq;
+hidden byte savecc, savemm, c2, tmp, oldf, ub, inq, cleaned, sfirst, sfe, smore;
 hidden byte gnow;
 
 /* ------------------------------------------------------------------ */
@@ -366,6 +366,36 @@ inline acq_others(S)
 inline acq_busy(S, u)
 {
 	tmp = u;
+#ifndef OLD_NO_CLEANUP_WAKE
+	/* The "-" clean-up let go of what a lost release should have: the
+	 * waiter that may now proceed is told, as by that release (F2 fixed). */
+	if
+	:: cleaned && S.w == NONE ->
+		sfirst = first; sfe = fe; smore = more;
+		acq_head(S);
+		if
+		:: first != NONE && first != cc ->
+			if
+			:: pc[first] == SLEEP && md[first] == W -> msg[first] = 1
+			:: else
+			fi
+		:: first == NONE && lrw >= 2 ->
+			i = 0;
+			do
+			:: i < N ->
+				if
+				:: pc[i] == SLEEP && md[i] == R -> msg[i] = 1
+				:: else
+				fi;
+				i++
+			:: else -> break
+			od
+		:: else
+		fi;
+		first = sfirst; fe = sfe; more = smore
+	:: else
+	fi;
+#endif
 	if
 	:: mk > 0 ->
 		e = TV(mk);
@@ -416,7 +446,7 @@ inline acq_busy(S, u)
 
 inline acquire(S)
 {
-	res = 0; hint = 0; tokr = 0;
+	res = 0; hint = 0; tokr = 0; cleaned = 0;
 	if
 	:: S.w == NONE && S.z == 0 && mm == W && S.n == 0 ->
 		/* fast path: the lock is free */
@@ -450,7 +480,7 @@ inline acquire(S)
 			ln = ln - 1;
 			S.n = (ln > 0 -> ln : 0);
 			if
-			:: ln == 0 -> S.rm = 0
+			:: ln == 0 -> S.rm = 0; cleaned = 1
 			:: else
 			fi;
 			myread = 0; g7 = 0
@@ -460,7 +490,7 @@ inline acquire(S)
 		/* "-" too: a writer field of the caller's is left over (F3 fixed):
 		 * it goes as its release would (f stays; the hash lives for keep) */
 		if
-		:: S.w == cc -> S.w = NONE; S.wl = 0
+		:: S.w == cc -> S.w = NONE; S.wl = 0; cleaned = 1
 		:: else
 		fi;
 #endif

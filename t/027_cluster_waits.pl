@@ -82,7 +82,7 @@ sub waiter_case
 	ok(!defined((sq_wait($w, 0))[0]), "$what: another waits for it");
 	my $t0 = time;
 	$fault->();
-	my $done = wait_until($settled, 30);
+	my $done = wait_until($settled, 60);    # a loaded machine: 33 s seen
 	ok(defined $done, sprintf("$what: the cluster settled (%.1f s)", time - $t0));
 	sleep 1;    # a try or two on the settled cluster
 	my ($wout, $werr) = sq_wait($w, 0);

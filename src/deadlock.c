@@ -37,8 +37,10 @@
  * owner id does not start with "pg:"), which may close a cycle later.
  *
  * So a wait with no deadlock costs one Redis call per deadlock_timeout (the
- * key's SET), plus one walk. Quorum mode is left out: a lock there has no
- * one node to ask.
+ * key's SET), plus one walk. In quorum mode each call goes to every member
+ * that may be asked, and a wait key's value or an edge counts when a
+ * majority of the members give it: a holder holds on a majority, while two
+ * waiters that split the members are no edge.
  *
  *-------------------------------------------------------------------------
  */
@@ -387,132 +389,246 @@ dl_failed(RwConn *conn, RwError *err)
 		rw_raise(conn, err);
 }
 
-/* One plain command on the connection that serves `key`. */
-static redisReply *
-dl_command(const char *key, int argc, const char **argv)
+/*
+ * The connections a call of the walk goes to for `key`: the one that serves
+ * it, or in quorum mode each member that may be asked now (member[k] says
+ * which). *need: how many answers must agree, a majority of a quorum's
+ * members, else 1.
+ */
+static int
+dl_conns(const char *key, RwConn **conns, int *member, int *need)
 {
+	int			n = rw_quorum_size(dl.node);
+	int			k = 0;
 	RwKeys		keys;
-	RwConn	   *conn;
-	redisReply *r = NULL;
-	RwError		err;
-	size_t		lens[8];
 
-	dl_keys_of(key, &keys);
-	conn = rw_cluster_cmd(dl.node, &keys);
-	for (int i = 0; i < argc; i++)
-		lens[i] = strlen(argv[i]);
-	if (!rw_conn_ensure(conn, &err))
+	if (n == 0)
 	{
-		dl_failed(conn, &err);
-		return NULL;
+		dl_keys_of(key, &keys);
+		conns[0] = rw_cluster_cmd(dl.node, &keys);
+		pfree(keys.key[1]);
+		member[0] = -1;
+		*need = 1;
+		return 1;
 	}
-	rw_append(conn, argc, argv, lens, NULL);
-	if (!rw_exchange(conn, 1, &r, &err))
-	{
-		dl_failed(conn, &err);
-		return NULL;
-	}
-	if (r->type == REDIS_REPLY_ERROR)
-	{
-		freeReplyObject(r);
-		return NULL;
-	}
-	return r;
+	for (int i = 0; i < n; i++)
+		if (rw_quorum_may_ask(dl.node, i))
+		{
+			conns[k] = &rw_quorum_member(dl.node, i)->cmd;
+			member[k++] = i;
+		}
+	*need = rw_quorum_majority(dl.node);
+	return k;
 }
 
-/* The value of an owner's wait key, or NULL. */
+/* A failure that is an interrupt is served; a quorum's member is left alone. */
+static void
+dl_failed_at(RwConn *conn, int member, RwError *err)
+{
+	if (member >= 0)
+		rw_quorum_failed(dl.node, member, err);
+	dl_failed(conn, err);
+}
+
+/*
+ * One plain command on each connection for `key` (dl_conns); replies[k] is
+ * NULL where it failed or answered an error. Returns how many connections.
+ */
+static int
+dl_command(const char *key, int argc, const char **argv, redisReply **replies,
+		   int *need)
+{
+	RwConn	   *conns[RW_QUORUM_MAX];
+	int			member[RW_QUORUM_MAX];
+	int			n = dl_conns(key, conns, member, need);
+	size_t		lens[8];
+	RwError		err;
+
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	for (int k = 0; k < n; k++)
+	{
+		replies[k] = NULL;
+		if (!rw_conn_ensure(conns[k], &err))
+		{
+			dl_failed_at(conns[k], member[k], &err);
+			continue;
+		}
+		rw_append(conns[k], argc, argv, lens, NULL);
+		if (!rw_exchange(conns[k], 1, &replies[k], &err))
+		{
+			replies[k] = NULL;
+			dl_failed_at(conns[k], member[k], &err);
+			continue;
+		}
+		if (replies[k]->type == REDIS_REPLY_ERROR)
+		{
+			freeReplyObject(replies[k]);
+			replies[k] = NULL;
+		}
+	}
+	return n;
+}
+
+/* The value of an owner's wait key (held by a majority of a quorum), or NULL. */
 static char *
 dl_get_wait(const char *owner)
 {
 	char	   *wkey = dl_wait_key_of(owner);
 	const char *argv[2] = {"GET", wkey};
-	redisReply *r = dl_command(wkey, 2, argv);
+	redisReply *r[RW_QUORUM_MAX];
+	int			need;
+	int			n = dl_command(wkey, 2, argv, r, &need);
 	char	   *v = NULL;
 
-	if (r != NULL && r->type == REDIS_REPLY_STRING)
-		v = pnstrdup(r->str, r->len);
-	if (r != NULL)
-		freeReplyObject(r);
+	for (int k = 0; k < n && v == NULL; k++)
+	{
+		int			same = 0;
+
+		if (r[k] == NULL || r[k]->type != REDIS_REPLY_STRING)
+			continue;
+		for (int j = k; j < n; j++)
+			same += r[j] != NULL && r[j]->type == REDIS_REPLY_STRING &&
+				r[j]->len == r[k]->len && memcmp(r[j]->str, r[k]->str, r[k]->len) == 0;
+		if (same >= need)
+			v = pnstrdup(r[k]->str, r[k]->len);
+	}
+	for (int k = 0; k < n; k++)
+		if (r[k] != NULL)
+			freeReplyObject(r[k]);
 	return v;
+}
+
+/* Count an owner among a quorum's answers: the first seen are kept first. */
+static void
+dl_tally(char ***owners, int **counts, int *n, const char *str, size_t len)
+{
+	for (int i = 0; i < *n; i++)
+		if (strlen((*owners)[i]) == len && memcmp((*owners)[i], str, len) == 0)
+		{
+			(*counts)[i]++;
+			return;
+		}
+	(*owners)[*n] = pnstrdup(str, len);
+	(*counts)[(*n)++] = 1;
 }
 
 /*
  * waits.lua: whether `owner` waits for the lock `key` in `mode` now, and
- * whom it waits for. -1 when Redis could not say.
+ * whom it waits for; in quorum mode, what a majority of the members says.
+ * -1 when Redis could not say.
  */
 static int
 dl_blockers_of(const char *key, const char *owner, char mode, char ***out,
 			   int *nout)
 {
 	RwKeys		keys;
-	RwConn	   *conn;
-	RwScriptCall call;
-	redisReply *r = NULL;
-	RwError		err;
+	RwConn	   *conns[RW_QUORUM_MAX];
+	int			member[RW_QUORUM_MAX];
+	int			need;
+	int			n;
 	char		m[2] = {mode, '\0'};
 	const char *args[3] = {RW_PROTOCOL_VERSION, owner, m};
-	int			live;
+	int			answered = 0,
+				live = 0,
+				ncand = 0,
+				cap = 0;
+	char	  **cand = NULL;
+	int		   *count = NULL;
 
 	*nout = 0;
 	*out = NULL;
 	dl_keys_of(key, &keys);
-	conn = rw_cluster_cmd(dl.node, &keys);
-	rw_script_prepare(&call, RW_SCRIPT_WAITS, RW_NKEYS,
-					  (const char *const *) keys.key, keys.len, 3, args);
-	if (!rw_script_run(conn, &call, 1, &r, &err))
+	n = dl_conns(key, conns, member, &need);
+	for (int k = 0; k < n; k++)
 	{
-		dl_failed(conn, &err);
-		return -1;
-	}
-	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-		r->element[0]->type != REDIS_REPLY_INTEGER)
-	{
+		RwScriptCall call;
+		redisReply *r = NULL;
+		RwError		err;
+
+		rw_script_prepare(&call, RW_SCRIPT_WAITS, RW_NKEYS,
+						  (const char *const *) keys.key, keys.len, 3, args);
+		if (!rw_script_run(conns[k], &call, 1, &r, &err))
+		{
+			dl_failed_at(conns[k], member[k], &err);
+			continue;
+		}
+		if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+			r->element[0]->type != REDIS_REPLY_INTEGER)
+		{
+			freeReplyObject(r);
+			continue;
+		}
+		answered++;
+		if (r->element[0]->integer == 1)
+		{
+			live++;
+			cand = cand ? repalloc(cand, sizeof(char *) * (cap + r->elements))
+				: palloc(sizeof(char *) * r->elements);
+			count = count ? repalloc(count, sizeof(int) * (cap + r->elements))
+				: palloc(sizeof(int) * r->elements);
+			cap += r->elements;
+			for (size_t i = 1; i < r->elements; i++)
+				if (r->element[i]->type == REDIS_REPLY_STRING)
+					dl_tally(&cand, &count, &ncand, r->element[i]->str,
+							 r->element[i]->len);
+		}
 		freeReplyObject(r);
-		return -1;
 	}
-	live = (int) r->element[0]->integer;
-	*out = palloc(sizeof(char *) * r->elements);
-	for (size_t i = 1; i < r->elements; i++)
-		if (r->element[i]->type == REDIS_REPLY_STRING)
-			(*out)[(*nout)++] = pnstrdup(r->element[i]->str, r->element[i]->len);
-	freeReplyObject(r);
-	return live;
+	if (answered == 0)
+		return -1;
+	if (live < need)
+		return 0;
+	*out = palloc(sizeof(char *) * Max(ncand, 1));
+	for (int i = 0; i < ncand; i++)
+		if (count[i] >= need)
+			(*out)[(*nout)++] = cand[i];
+	return 1;
 }
 
 /*
- * Write our wait key (SET ... PX ... GET): true if its old value was a mark
- * of our wait, whose cycle is then kept in dl.victim_detail.
+ * Write our wait key (SET ... PX ... GET), on every member of a quorum:
+ * true if an old value was a mark of our wait, whose cycle is then kept in
+ * dl.victim_detail.
  */
 static bool
 dl_check_in(void)
 {
 	char		px[16];
 	const char *argv[6] = {"SET", dl.wait_key, dl.value, "PX", px, "GET"};
-	redisReply *r;
+	redisReply *r[RW_QUORUM_MAX];
+	int			need;
+	int			n;
 	size_t		vlen = strlen(dl.value);
 	bool		victim = false;
 
 	snprintf(px, sizeof(px), "%d", Max(3 * DeadlockTimeout, 2 * RW_INTENT_MS));
-	r = dl_command(dl.wait_key, 6, argv);
-	if (r == NULL)
-		return false;
-	dl.keyed = true;
-	if (r->type == REDIS_REPLY_STRING && r->len > vlen + 1 && r->str[0] == '!' &&
-		memcmp(r->str + 1, dl.value, vlen) == 0 && r->str[vlen + 1] == '\n')
+	n = dl_command(dl.wait_key, 6, argv, r, &need);
+	for (int k = 0; k < n; k++)
 	{
-		dl.victim_detail = MemoryContextStrdup(dl_cxt, r->str + vlen + 2);
-		victim = true;
+		if (r[k] == NULL)
+			continue;
+		dl.keyed = true;
+		if (!victim && r[k]->type == REDIS_REPLY_STRING && r[k]->len > vlen + 1 &&
+			r[k]->str[0] == '!' && memcmp(r[k]->str + 1, dl.value, vlen) == 0 &&
+			r[k]->str[vlen + 1] == '\n')
+		{
+			dl.victim_detail = MemoryContextStrdup(dl_cxt, r[k]->str + vlen + 2);
+			victim = true;
+		}
+		freeReplyObject(r[k]);
 	}
-	freeReplyObject(r);
 	return victim;
 }
 
-/* Take our wait key away, without waiting for the answer. Never throws. */
+/* Take our wait key away, without waiting for the answers. Never throws. */
 static void
 dl_drop_key(void)
 {
-	RwKeys		keys;
-	RwConn	   *conn;
+	RwConn	   *conns[RW_QUORUM_MAX];
+	int			member[RW_QUORUM_MAX];
+	int			need;
+	int			n;
 	const char *argv[2] = {"DEL", dl.wait_key};
 	size_t		lens[2] = {3, strlen(dl.wait_key)};
 	RwError		err;
@@ -520,13 +636,14 @@ dl_drop_key(void)
 	if (!dl.keyed)
 		return;
 	dl.keyed = false;
-	dl_keys_of(dl.wait_key, &keys);
-	conn = rw_cluster_cmd(dl.node, &keys);
-	pfree(keys.key[1]);
-	if (conn->ctx == NULL)
-		return;					/* its time to live ends it */
-	rw_append(conn, 2, argv, lens, RW_TAG_DISCARD);
-	(void) rw_flush(conn, rw_now_ms() + rw_command_timeout_ms, &err);
+	n = dl_conns(dl.wait_key, conns, member, &need);
+	for (int k = 0; k < n; k++)
+	{
+		if (conns[k]->ctx == NULL)
+			continue;			/* its time to live ends it */
+		rw_append(conns[k], 2, argv, lens, RW_TAG_DISCARD);
+		(void) rw_flush(conns[k], rw_now_ms() + rw_command_timeout_ms, &err);
+	}
 }
 
 /* ---------------------------------------------------------------------
@@ -704,29 +821,36 @@ dl_victim(DlWalk *w)
 	return v;
 }
 
-/* Mark another member as the victim (mark.lua); it fails at its check-in. */
+/*
+ * Mark another member as the victim (mark.lua), on every member of a
+ * quorum whose key still holds the value read; it fails at its check-in.
+ */
 static void
 dl_mark(DlHop *victim, const char *cycle)
 {
 	char	   *wkey = dl_wait_key_of(victim->owner);
-	RwKeys		keys;
-	RwConn	   *conn;
-	RwScriptCall call;
-	redisReply *r = NULL;
-	RwError		err;
+	RwConn	   *conns[RW_QUORUM_MAX];
+	int			member[RW_QUORUM_MAX];
+	int			need;
+	int			n = dl_conns(wkey, conns, member, &need);
 	const char *args[3] = {RW_PROTOCOL_VERSION, victim->value, cycle};
 	const char *k[1] = {wkey};
 	size_t		klen[1] = {strlen(wkey)};
 
-	dl_keys_of(wkey, &keys);
-	conn = rw_cluster_cmd(dl.node, &keys);
-	rw_script_prepare(&call, RW_SCRIPT_MARK, 1, k, klen, 3, args);
-	if (!rw_script_run(conn, &call, 1, &r, &err))
+	for (int i = 0; i < n; i++)
 	{
-		dl_failed(conn, &err);
-		return;
+		RwScriptCall call;
+		redisReply *r = NULL;
+		RwError		err;
+
+		rw_script_prepare(&call, RW_SCRIPT_MARK, 1, k, klen, 3, args);
+		if (!rw_script_run(conns[i], &call, 1, &r, &err))
+		{
+			dl_failed_at(conns[i], member[i], &err);
+			continue;
+		}
+		freeReplyObject(r);
 	}
-	freeReplyObject(r);
 }
 
 /* Holders and queued writers ahead, as the still-waiting log lists them. */
@@ -849,7 +973,6 @@ rw_deadlock_tick(RwNode *node, const RwKeys *keys, const char *name,
 				 RwMode mode, int64 *sleep_ms)
 {
 	int64		now;
-	bool		quorum = rw_quorum_size(node) > 0;
 	bool		victim = false;
 	MemoryContext old;
 
@@ -863,9 +986,8 @@ rw_deadlock_tick(RwNode *node, const RwKeys *keys, const char *name,
 														ALLOCSET_SMALL_SIZES);
 
 		old = MemoryContextSwitchTo(check_cxt);
-		if (!quorum)
-			victim = dl_check_in();
-		if (!victim && !quorum && (!dl.checked || dl.rewalk))
+		victim = dl_check_in();
+		if (!victim && (!dl.checked || dl.rewalk))
 			victim = dl_walk(log_lock_waits && !dl.checked);
 		else if (!dl.checked && log_lock_waits)
 			dl_log("still waiting for", NULL, 0);
@@ -955,11 +1077,6 @@ rw_deadlock_blockers(int pid, char ***owners, int *nowners)
 	if (mode == 0)
 		return false;
 	dl.node = rw_current_node();
-	if (rw_quorum_size(dl.node) > 0)
-	{
-		dl.node = saved;
-		return false;
-	}
 	live = dl_blockers_of(key, owner, mode, owners, nowners);
 	dl.node = saved;
 	return live > 0;

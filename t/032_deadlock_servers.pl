@@ -9,63 +9,17 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 use RwlockTest;
+use RwlockWaits;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-our %ended_at;    # session -> seconds to the end of its request (finish_all)
 
 my $port = redis_start();
 my $conf = "rwlock.key_prefix = 'shared'\ndeadlock_timeout = '1s'\nlog_lock_waits = on\n";
 my $n1 = new_node('dl1', port => $port, preload => 1, lease => '10s', conf => $conf);
 my $n2 = new_node('dl2', port => $port, preload => 1, lease => '10s', conf => $conf);
 my $prefix = 'shared';
-
-# Sessions in transactions holding _xact locks: the victim's abort frees
-# what it holds, as a deadlock victim's does in PostgreSQL.
-sub holding
-{
-	my ($node, $name) = @_;
-	my $s = session($node);
-	sq($s, "BEGIN");
-	my ($out, $err) = sq($s, "SELECT redis_wlock_xact('$name') > 0");
-	die "could not take $name: $err" unless $out eq 't';
-	return $s;
-}
-
-# Wait for every session's request to end (at most $secs s), ending each
-# one's transaction as soon as its request ends, so that the victim's abort
-# lets the next on, and that one's end the next:
-# (sqlstates or 'granted' or 'still waiting', errors, seconds to the end).
-sub finish_all
-{
-	my ($sessions, $secs, $t_from) = @_;
-	my (@states, @errs);
-	my $t_end = time + $secs;
-	my $left = scalar @$sessions;
-	while ($left > 0 && time < $t_end)
-	{
-		for my $i (0 .. $#$sessions)
-		{
-			next if defined $states[$i] || !sq_poll($sessions->[$i]);
-			my ($out, $err) = sq_wait($sessions->[$i], 1);
-			$states[$i] = sqlstate($err) || ($out eq 't' ? 'granted' : "other: $out $err");
-			$errs[$i] = $err;
-			$main::ended_at{$sessions->[$i]} = time - $t_from;
-			sq($sessions->[$i], 'ROLLBACK');
-			$left--;
-		}
-		sleep 0.02;
-	}
-	my $secs_taken = time - $t_from;
-	for my $i (0 .. $#$sessions)
-	{
-		next if defined $states[$i];
-		$states[$i] = 'still waiting';
-		$errs[$i] = '';
-	}
-	return (\@states, \@errs, $secs_taken);
-}
 
 # Each session asks for the next one's lock; returns as finish_all.
 sub cycle_of
@@ -87,11 +41,11 @@ sub cycle_of
 	sq_send($a, "SELECT redis_wlock_xact('c2b') > 0");
 	sleep 0.3;
 	my $t1 = sq_send($b, "SELECT redis_wlock_xact('c2a') > 0");
-	my ($stp, $errp) = finish_all([ $a, $b ], 25, $t1);
+	my ($stp, $errp, undef, $ended) = finish_all([ $a, $b ], 25, $t1);
 	is_deeply([ sort @$stp ], [ '40P01', 'granted' ], '2-cycle across two servers: exactly one 40P01, the other its lock');
 	my ($vi) = grep { $stp->[$_] eq '40P01' } 0 .. 1;
 	my $ve = defined $vi ? $errp->[$vi] : '';
-	my $broken = defined $vi ? $main::ended_at{ ($a, $b)[$vi] } : 99;
+	my $broken = defined $vi ? $ended->[$vi] : 99;
 	cmp_ok($broken, '<', 1.0 + 1.0 + 1.0, "broken $broken s after the cycle closed (deadlock_timeout 1 s; margin for a loaded machine)");
 	like($ve, qr/ERROR:  40P01: deadlock detected/, 'the error');
 	like($ve, qr/DETAIL:  Process \d+ waits for write lock "c2\w"; blocked by pg:[0-9a-f]+:\d+:[0-9a-f]+\.\n(?:Process|pg:)\S* ?\S* waits for write lock "c2\w"; blocked by process \d+\./,
@@ -104,7 +58,7 @@ sub cycle_of
 	my @names = qw(c3a c3b c3c);
 	my @s = (holding($n1, 'c3a'), holding($n2, 'c3b'), holding($n1, 'c3c'));
 	my @pids = map { session_pid($_) } @s;
-	my ($states, $errs, $secs) = cycle_of(\@s, \@names, [qw(c3b c3c c3a)]);
+	my ($states, $errs, $secs, $ended) = cycle_of(\@s, \@names, [qw(c3b c3c c3a)]);
 	my @dl = grep { $_ eq '40P01' } @$states;
 	is(scalar(@dl), 1, '3-cycle: exactly one 40P01') or diag explain $states;
 	is(scalar(grep { $_ eq 'granted' } @$states), 2, 'the two others get their locks') or diag explain $states;
@@ -112,7 +66,7 @@ sub cycle_of
 	my @lines = ($ve // '') =~ /^(?:DETAIL:  |)((?:Process \d+|pg:\S+) waits for write lock "c3\w"; blocked by (?:process \d+|pg:\S+)\.)$/mg;
 	is(scalar(@lines), 3, 'the DETAIL names the three waits of the cycle') or diag $ve;
 	my ($vi) = grep { $states->[$_] eq '40P01' } 0 .. 2;
-	my $broken = defined $vi ? $main::ended_at{ $s[$vi] } : 99;
+	my $broken = defined $vi ? $ended->[$vi] : 99;
 	cmp_ok($broken, '<', 1.0 + 1.0 + 1.0, "3-cycle broken $broken s after it closed");
 	$_->quit for @s;
 }

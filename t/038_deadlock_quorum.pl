@@ -17,6 +17,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 use RwlockTest;
 use RwlockQuorum;
+use RwlockWaits;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -35,42 +36,6 @@ for my $name (qw(q1 q2))
 my ($n1, $n2) = @nodes;
 sleep 1.2;    # the masters count once up for rwlock.quorum_max_lease
 
-sub holding
-{
-	my ($node, $name) = @_;
-	my $s = session($node);
-	sq($s, "BEGIN");
-	my ($out, $err) = sq($s, "SELECT redis_wlock_xact('$name') > 0");
-	die "could not take $name: $err" unless $out eq 't';
-	return $s;
-}
-
-# Wait for the sessions' requests to end, ending each transaction at once:
-# (states, errors, seconds from $t_from to the victim's end).
-sub finish_all
-{
-	my ($sessions, $secs, $t_from) = @_;
-	my (@states, @errs, $victim_at);
-	my $t_end = time + $secs;
-	my $left = scalar @$sessions;
-	while ($left > 0 && time < $t_end)
-	{
-		for my $i (0 .. $#$sessions)
-		{
-			next if defined $states[$i] || !sq_poll($sessions->[$i]);
-			my ($out, $err) = sq_wait($sessions->[$i], 1);
-			$states[$i] = sqlstate($err) || ($out eq 't' ? 'granted' : "other: $out $err");
-			$errs[$i] = $err;
-			$victim_at = time - $t_from if $states[$i] eq '40P01';
-			sq($sessions->[$i], 'ROLLBACK');
-			$left--;
-		}
-		sleep 0.02;
-	}
-	$states[$_] //= 'still waiting' for 0 .. $#$sessions;
-	return (\@states, \@errs, $victim_at // 99);
-}
-
 # ---- 1. a 2-cycle across two servers ----
 {
 	my $a = holding($n1, 'q2a');
@@ -82,7 +47,9 @@ sub finish_all
 		"SELECT array_length(redis_blocking_owners($apid), 1)");
 	is($blockers, '1', '4. redis_blocking_owners names the one holder in quorum mode');
 	my $t1 = sq_send($b, "SELECT redis_wlock_xact('q2a') > 0");
-	my ($st, $errs, $at) = finish_all([ $a, $b ], 25, $t1);
+	my ($st, $errs, undef, $ended) = finish_all([ $a, $b ], 25, $t1);
+	my ($at) = map { $ended->[$_] } grep { $st->[$_] eq '40P01' } 0 .. 1;
+	$at //= 99;
 	is_deeply([ sort @$st ], [ '40P01', 'granted' ], '1. quorum 2-cycle across two servers: exactly one 40P01, the other its lock')
 	  or diag explain [ $st, $errs ];
 	cmp_ok($at, '<', 1.0 + 1.0 + 1.0, "1. broken $at s after the cycle closed (deadlock_timeout 1 s)");
@@ -102,7 +69,9 @@ sub finish_all
 		$t_last = sq_send($s[$i], "SELECT redis_wlock_xact('$wants[$i]') > 0");
 		sleep 0.3;
 	}
-	my ($st, $errs, $at) = finish_all(\@s, 25, $t_last);
+	my ($st, $errs, undef, $ended) = finish_all(\@s, 25, $t_last);
+	my ($at) = map { $ended->[$_] } grep { $st->[$_] eq '40P01' } 0 .. 2;
+	$at //= 99;
 	is(scalar(grep { $_ eq '40P01' } @$st), 1, '2. 3-cycle with a master down: exactly one 40P01') or diag explain [ $st, $errs ];
 	is(scalar(grep { $_ eq 'granted' } @$st), 2, '2. the two others get their locks') or diag explain $st;
 	cmp_ok($at, '<', 1.0 + 1.0 + 1.5, "2. broken $at s after it closed");
@@ -127,22 +96,7 @@ SELECT pg_sleep(0.01);
 COMMIT;
 SQL
 	close $fh;
-	my @runs;
-	for my $n ($n1, $n2)
-	{
-		my %r = (out => '', err => '');
-		$r{h} = IPC::Run::start([ 'pgbench', '-n', '-c', 4, '-j', '2', '-T', 15,
-			'-f', $script, '-h', $n->host, '-p', $n->port, 'postgres' ],
-			'>', \$r{out}, '2>', \$r{err});
-		push @runs, \%r;
-	}
-	for my $r (@runs)
-	{
-		$r->{h}->finish;
-		my ($tx) = $r->{out} =~ /number of transactions actually processed: (\d+)/;
-		cmp_ok($tx // 0, '>', 20, '3. pgbench ran transactions (' . ($tx // 0) . ')') or diag "$r->{out}\n$r->{err}";
-		is($r->{err} =~ /ERROR|aborted/ ? $r->{err} : '', '', '3. with no error');
-	}
+	pgbench_each([ $n1, $n2 ], $script, 4, 15, 20, '3.');
 	my ($dl, $waits) = (0, 0);
 	for my $n ($n1, $n2)
 	{

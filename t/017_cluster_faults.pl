@@ -29,20 +29,7 @@ my $node = new_node('cfault', port => $c->{ports}[0], preload => 1, lease => '3s
 
 sub key_of { return "$prefix:{$_[0]}"; }
 
-sub node_id { return redis_cli($_[0], 'CLUSTER', 'MYID'); }
-
-# A name (prefix$i) whose slot the given master serves.
-sub name_on
-{
-	my ($master, $stem) = @_;
-	my @ranges = cluster_ranges($c);
-	for my $i (1 .. 1000)
-	{
-		return "$stem$i"
-		  if cluster_slot_owner($c, key_slot(key_of("$stem$i")), @ranges) == $master;
-	}
-	die "no name on $master";
-}
+sub name_on { return cluster_names_on($c, $prefix, @_); }
 
 sub errorstat
 {
@@ -93,26 +80,6 @@ sub load_results
 	return @r;
 }
 
-# Migrate a slot by hand, keys and all, as redis-cli --cluster reshard does;
-# the slot stays migrating $pause seconds after its keys have gone.
-sub move_slot
-{
-	my ($slot, $src, $dst, $pause) = @_;
-	my ($src_id, $dst_id) = (node_id($src), node_id($dst));
-	redis_cli($dst, 'CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $src_id);
-	redis_cli($src, 'CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $dst_id);
-	for (1 .. 20)
-	{
-		my @keys = split /\n/, redis_cli($src, 'CLUSTER', 'GETKEYSINSLOT', $slot, 100);
-		last unless @keys;
-		redis_cli($src, 'MIGRATE', '127.0.0.1', $dst, '', 0, 5000, 'KEYS', @keys);
-		sleep 0.1;
-	}
-	sleep $pause;
-	redis_cli($_, 'CLUSTER', 'SETSLOT', $slot, 'NODE', $dst_id)
-	  for ($dst, $src, grep { $_ != $src && $_ != $dst } cluster_masters($c));
-}
-
 # --- A slot migrated under load.
 my @masters = cluster_masters($c);
 my ($src, $dst) = @masters[0, 1];
@@ -131,7 +98,7 @@ my ($ask, $moved, $try) = (errorstat('ASK'), errorstat('MOVED'), errorstat('TRYA
 my @load = load_start($busy, 3, 8);
 sleep 1.5;
 # the slot stays migrating a while: ASK for keys gone from $src
-move_slot($slot, $src, $dst, 0.3);
+cluster_move_slot($slot, $src, $dst, 0.3, grep { $_ != $src && $_ != $dst } cluster_masters($c));
 is(cluster_slot_owner($c, $slot), $dst, "slot $slot migrated from $src to $dst");
 my @r = load_results(8, @load);
 is(join('', map { $_->[1] } @r), '', 'no error surfaced in the sessions locking in the migrating slot');
@@ -160,7 +127,7 @@ my $y = session($node);
 sq($x, 'BEGIN');
 ($out, $err) = sq($x, "SELECT redis_wlock_xact('$xname') > 0");
 is($out, 't', "a session holds $xname at transaction level, on $from");
-move_slot($xslot, $from, $to, 0);
+cluster_move_slot($xslot, $from, $to, 0, grep { $_ != $from && $_ != $to } cluster_masters($c));
 ok(wait_until(sub { cluster_slot_owner($c, $xslot) == $to }, 10), "its slot $xslot moved to $to");
 $moved = errorstat('MOVED');
 ($out, $err) = sq($x, 'COMMIT');
@@ -183,23 +150,11 @@ $y->quit;
 # --- Failover under load: the slot has no master for a while (kill -9), or
 # moves to its replica (CLUSTER FAILOVER). At most class 08 errors; then the
 # sessions recover.
-sub master_replica
-{
-	my ($master) = @_;
-	my $id = node_id($master);
-	for my $p (@{ $c->{ports} })
-	{
-		next if $c->{dead}{$p};
-		return $p if redis_cli($p, 'ROLE') =~ /^slave\n127\.0\.0\.1\n$master\n/;
-	}
-	return undef;
-}
-
 sub failover_case
 {
 	my ($what, $fault) = @_;
 	my $victim = (cluster_masters($c))[0];
-	my $replica = master_replica($victim);
+	my $replica = cluster_replica_of($c, $victim);
 	my $name = name_on($victim, "f$what");
 	my $keep = name_on($victim, "keep$what");
 	my $h = session($node);
@@ -258,7 +213,7 @@ failover_case('kill', sub {
 
 # --- test/load.py over the cluster, every master that has a replica (the
 # one promoted after the kill has none) failed over halfway.
-my @replicas = map { master_replica($_) } cluster_masters($c);
+my @replicas = map { cluster_replica_of($c, $_) } cluster_masters($c);
 my $failover = join('; ', map { "redis-cli -p $_ CLUSTER FAILOVER >/dev/null" } grep { defined } @replicas);
 my $ok = run_load($node, RWLOCK_URL => $url, FAILOVER_CMD => $failover,
 	DURATION => '12', SESSIONS => '6', MIN_RATE => '20');

@@ -32,31 +32,8 @@ my $node = new_node('cwait', port => $c->{ports}[0], preload => 1, lease => '8s'
 END { kill 'CONT', redis_pid($_) for grep { !$c->{dead}{$_} } @{ $c->{ports} }; }
 
 sub key_of { return "$prefix:{$_[0]}"; }
-sub node_id { return redis_cli($_[0], 'CLUSTER', 'MYID'); }
 
-# A name whose slot the given master serves.
-sub name_on
-{
-	my ($master, $stem) = @_;
-	my @ranges = cluster_ranges($c);
-	for my $i (1 .. 1000)
-	{
-		return "$stem$i"
-		  if cluster_slot_owner($c, key_slot(key_of("$stem$i")), @ranges) == $master;
-	}
-	die "no name on $master";
-}
-
-sub master_replica
-{
-	my ($master) = @_;
-	for my $p (@{ $c->{ports} })
-	{
-		next if $c->{dead}{$p};
-		return $p if redis_cli($p, 'ROLE') =~ /^slave\n127\.0\.0\.1\n$master\n/;
-	}
-	return undef;
-}
+sub name_on { return cluster_names_on($c, $prefix, @_); }
 
 sub first_line
 {
@@ -111,7 +88,7 @@ sub waiter_case
 {
 	my @masters = cluster_masters($c);
 	my $victim = $masters[0];
-	my $replica = master_replica($victim);
+	my $replica = cluster_replica_of($c, $victim);
 	my @voters = grep { $_ != $victim } @masters;
 	my $name = name_on($victim, 'fo');
 	waiter_case('a) slow CLUSTER FAILOVER', $name,
@@ -127,8 +104,8 @@ sub waiter_case
 # --- b) kill -9 of a master; its replica is promoted.
 {
 	my @masters = cluster_masters($c);
-	my ($victim) = grep { defined master_replica($_) } @masters;
-	my $replica = master_replica($victim);
+	my ($victim) = grep { defined cluster_replica_of($c, $_) } @masters;
+	my $replica = cluster_replica_of($c, $victim);
 	my $name = name_on($victim, 'kill');
 	waiter_case('b) kill -9 of a master', $name,
 		sub {
@@ -144,7 +121,7 @@ sub waiter_case
 	my ($src, $dst) = @masters[0, 1];
 	my $name = name_on($src, 'mig');
 	my $slot = key_slot(key_of($name));
-	my ($src_id, $dst_id) = (node_id($src), node_id($dst));
+	my ($src_id, $dst_id) = (cluster_node_id($src), cluster_node_id($dst));
 	my $n = session($node);
 	waiter_case('c) split slot migration', $name,
 		sub {

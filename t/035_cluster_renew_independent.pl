@@ -39,42 +39,7 @@ my $node = new_node('cindep', port => $c->{ports}[0], preload => 1, lease => '6s
 
 sub key_of { return "$prefix:{$_[0]}"; }
 
-# $n names whose slots the given master serves.
-sub names_on
-{
-	my ($master, $stem, $n) = @_;
-	my @ranges = cluster_ranges($c);
-	my @names;
-	for my $i (1 .. 1000)
-	{
-		push @names, "$stem$i"
-		  if cluster_slot_owner($c, key_slot(key_of("$stem$i")), @ranges) == $master;
-		return @names if @names == $n;
-	}
-	die "no names on $master";
-}
-
-sub node_id { return redis_cli($_[0], 'CLUSTER', 'MYID'); }
-
-# Migrate a slot by hand, keys and all, as redis-cli --cluster reshard does
-# (t/017); the stopped master is told later by the cluster bus.
-sub move_slot
-{
-	my ($slot, $src, $dst) = @_;
-	my ($src_id, $dst_id) = (node_id($src), node_id($dst));
-	redis_cli($dst, 'CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $src_id);
-	redis_cli($src, 'CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $dst_id);
-	for (1 .. 20)
-	{
-		my @keys = split /\n/, redis_cli($src, 'CLUSTER', 'GETKEYSINSLOT', $slot, 100);
-		last unless @keys;
-		redis_cli($src, 'MIGRATE', '127.0.0.1', $dst, '', 0, 5000, 'KEYS', @keys);
-		sleep 0.1;
-	}
-	sleep 0.3;    # migrating, keys gone: ASK
-	redis_cli($_, 'CLUSTER', 'SETSLOT', $slot, 'NODE', $dst_id) for ($dst, $src);
-	return;
-}
+sub names_on { return cluster_names_on($c, $prefix, @_); }
 
 ok( defined wait_until(sub { keeper_pid($node) ne '' }, 10), 'the keeper runs');
 my $stalled = $c->{ports}[0];
@@ -142,7 +107,7 @@ while (time - $t0 < 10)
 	}
 	if (!defined $moved_at && time - $t0 > 3)
 	{
-		move_slot(key_slot(key_of($moved)), @healthy[0, 1]);
+		cluster_move_slot(key_slot(key_of($moved)), @healthy[0, 1], 0.3);
 		$moved_at = time - $t0;
 	}
 	if (time - $last_try > 0.5)

@@ -19,7 +19,8 @@ use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(cluster_start cluster_url cluster_masters cluster_ok
-  cluster_slot_owner cluster_wait_ok cluster_key_node key_slot cluster_ranges);
+  cluster_slot_owner cluster_wait_ok cluster_key_node key_slot cluster_ranges
+  cluster_node_id cluster_names_on cluster_replica_of cluster_move_slot);
 
 sub free_cluster_ports
 {
@@ -185,6 +186,60 @@ sub cluster_key_node
 {
 	my ($c, $key) = @_;
 	return cluster_slot_owner($c, key_slot($key));
+}
+
+# A node's id (CLUSTER MYID).
+sub cluster_node_id { return redis_cli($_[0], 'CLUSTER', 'MYID'); }
+
+# $n lock names "$stem<i>" (default 1) whose hash slots (key
+# "$prefix:{name}") the given master serves.
+sub cluster_names_on
+{
+	my ($c, $prefix, $master, $stem, $n) = @_;
+	my @ranges = cluster_ranges($c);
+	my @names;
+	$n //= 1;
+	for my $i (1 .. 1000)
+	{
+		push @names, "$stem$i"
+		  if cluster_slot_owner($c, key_slot("$prefix:{$stem$i}"), @ranges) == $master;
+		return wantarray ? @names : $names[0] if @names == $n;
+	}
+	die "no names on $master";
+}
+
+# The live replica of a master, or undef.
+sub cluster_replica_of
+{
+	my ($c, $master) = @_;
+	for my $p (@{ $c->{ports} })
+	{
+		next if $c->{dead}{$p};
+		return $p if redis_cli($p, 'ROLE') =~ /^slave\n127\.0\.0\.1\n$master\n/;
+	}
+	return undef;
+}
+
+# Migrate a slot by hand, keys and all, as redis-cli --cluster reshard
+# does; the slot stays migrating $pause seconds after its keys have gone
+# (clients are answered ASK meanwhile). Then the two masters, and @tell
+# besides, are told its new owner (others learn it by the cluster bus).
+sub cluster_move_slot
+{
+	my ($slot, $src, $dst, $pause, @tell) = @_;
+	my ($src_id, $dst_id) = (cluster_node_id($src), cluster_node_id($dst));
+	redis_cli($dst, 'CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $src_id);
+	redis_cli($src, 'CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $dst_id);
+	for (1 .. 20)
+	{
+		my @keys = split /\n/, redis_cli($src, 'CLUSTER', 'GETKEYSINSLOT', $slot, 100);
+		last unless @keys;
+		redis_cli($src, 'MIGRATE', '127.0.0.1', $dst, '', 0, 5000, 'KEYS', @keys);
+		sleep 0.1;
+	}
+	sleep $pause;
+	redis_cli($_, 'CLUSTER', 'SETSLOT', $slot, 'NODE', $dst_id) for ($dst, $src, @tell);
+	return;
 }
 
 1;

@@ -10,6 +10,8 @@
 #     the session (the greater owner id: "pg:" > "node:") before the
 #     session's next check-in, which fails it with 40P01; the client gets
 #     its lock;
+#  d. (a) on a Redis Cluster, its locks and wait keys on different masters:
+#     each hop of the walk goes to the node that serves its key;
 #  c. a Node waiter in a chain with no cycle (a SQL session waits for A,
 #     which waits for B, which waits for a SQL session that waits for
 #     nothing) for 4 x deadlockTimeout: no DeadlockDetected, no 40P01; all
@@ -22,6 +24,7 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 use RwlockTest;
+use RwlockCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -35,7 +38,8 @@ my $conf = "rwlock.key_prefix = 'shared'\ndeadlock_timeout = '1s'\n";
 my $n1 = new_node('nd1', port => $port, preload => 1, lease => '10s', conf => $conf);
 my $prefix = 'shared';
 
-# A Node holder: takes `first` (as owner id argv[7] if given), says so,
+# A Node holder (on the Redis at `port`, or the one a URL names): takes
+# `first` (as owner id argv[7] if given), says so,
 # waits for a file to appear (its go), then asks for `second` with the same
 # owner id and says how that ended; then releases what it holds.
 my $js = "$PostgreSQL::Test::Utils::tmp_check/holder.js";
@@ -46,8 +50,9 @@ const fs = require('fs');
 const Redis = require(dir + '/node_modules/ioredis');
 const rw = require(dir);
 (async () => {
-  const locks = new rw.Locks(new Redis({ host: '127.0.0.1', port: Number(port) }),
-    { prefix, deadlockTimeout: 1000 });
+  const opts = { prefix, deadlockTimeout: 1000 };
+  const locks = port.includes('://') ? rw.Locks.fromUrl(port, opts)
+    : new rw.Locks(new Redis({ host: '127.0.0.1', port: Number(port) }), opts);
   const held = locks.writeLock(first);
   if (owner) held.owner = owner;
   await held.acquire(10000);
@@ -67,17 +72,17 @@ const rw = require(dir);
   await held.release();
   console.log('released');
   await locks.close();
-  locks.redis.disconnect();
+  if (!locks._ownsRedis) locks.redis.disconnect();
 })().catch((e) => { console.log('failed', e.message); process.exit(1); });
 JS
 close $jfh;
 
 sub node_holder
 {
-	my ($first, $second, $owner) = @_;
+	my ($first, $second, $owner, $redis) = @_;
 	my %h = (out => '', err => '', go => "$PostgreSQL::Test::Utils::tmp_check/go_$first");
 	unlink $h{go};
-	$h{h} = IPC::Run::start([ 'node', $js, $nodedir, $port, $prefix, $first, $second, $h{go},
+	$h{h} = IPC::Run::start([ 'node', $js, $nodedir, $redis // $port, $prefix, $first, $second, $h{go},
 		$owner // '' ], '<', \undef, '>', \$h{out}, '2>', \$h{err});
 	return \%h;
 }
@@ -106,13 +111,38 @@ sub wait_keys
 	return grep { $_ ne '' } split /\n/, redis_cli($port, '--scan', '--pattern', "$prefix:wait:*");
 }
 
-# ---- a. a cycle of two Node processes ----
-for my $case ([ 'a1', 'node:t037:1:aaaa', 'node:t037:2:bbbb' ],
-	[ 'a2', 'node:t037:2:aaaa', 'node:t037:1:bbbb' ])
+# ---- a. a cycle of two Node processes; d. the same on a Redis Cluster ----
+my $cl = cluster_start(masters => 3, replicas => 0);
+my $url = cluster_url($cl);
+my @ranges = cluster_ranges($cl);
+my @masters = cluster_masters($cl);
+
+# A name whose lock the given master serves.
+sub name_on
 {
-	my ($c, $owner_a, $owner_b) = @$case;
-	my $a = node_holder("${c}x", "${c}y", $owner_a);
-	my $b = node_holder("${c}y", "${c}x", $owner_b);
+	my ($master, $stem) = @_;
+	for my $i (1 .. 1000)
+	{
+		return "$stem$i" if cluster_slot_owner($cl, key_slot("$prefix:{$stem$i}"), @ranges) == $master;
+	}
+	die "no name on $master";
+}
+for my $case ([ 'a1', 'node:t037:1:aaaa', 'node:t037:2:bbbb' ],
+	[ 'a2', 'node:t037:2:aaaa', 'node:t037:1:bbbb' ],
+	[ 'd1', 'node:t037:1:aaaa', 'node:t037:2:bbbb', $url ],
+	[ 'd2', 'node:t037:2:aaaa', 'node:t037:1:bbbb', $url ])
+{
+	my ($c, $owner_a, $owner_b, $redis) = @$case;
+	my ($x, $y) = $redis ? (name_on($masters[0], "${c}x"), name_on($masters[1], "${c}y")) : ("${c}x", "${c}y");
+	if ($redis)
+	{
+		my @on = map { cluster_slot_owner($cl, key_slot($_), @ranges) }
+		  ("$prefix:{$x}", "$prefix:{$y}", "$prefix:wait:{$owner_a}", "$prefix:wait:{$owner_b}");
+		note "$c: $x on $on[0], $y on $on[1], A's wait key on $on[2], B's on $on[3]";
+		isnt($on[0], $on[1], "$c. the two locks are on different masters");
+	}
+	my $a = node_holder($x, $y, $owner_a, $redis);
+	my $b = node_holder($y, $x, $owner_b, $redis);
 	ok(node_until($a, qr/holding/, 15) && node_until($b, qr/holding/, 15), "$c. both hold")
 	  or diag "$a->{err}$b->{err}";
 	node_go($a);    # A waits for y
@@ -125,13 +155,15 @@ for my $case ([ 'a1', 'node:t037:1:aaaa', 'node:t037:2:bbbb' ],
 	like($victim->{out}, qr/^deadlock \d/m, "$c. the greater owner id raises DeadlockDetected")
 	  or diag "A: $a->{out}$a->{err}\nB: $b->{out}$b->{err}";
 	cmp_ok($secs, '<', 2.0, sprintf("$c. within deadlockTimeout + 1 s of the cycle closing (%.3f s)", $secs));
-	like($victim->{out}, qr/deadlock detected while waiting for lock .*node:t037:\S+ w node:t037:\S+ shared:\{${c}[xy]\}; node:t037:\S+ w node:t037:\S+ shared:\{${c}[xy]\}/,
+	like($victim->{out}, qr/deadlock detected while waiting for lock .*node:t037:\S+ w node:t037:\S+ shared:\{(\Q$x\E|\Q$y\E)\}; node:t037:\S+ w node:t037:\S+ shared:\{(\Q$x\E|\Q$y\E)\}/,
 		"$c. naming the cycle");
 	ok(node_until($other, qr/granted/, 10), "$c. the other gets its lock") or diag $other->{out};
 	unlike($other->{out}, qr/deadlock/, "$c. and raises nothing");
 	ok(node_until($_, qr/released/, 10), "$c. released") for ($a, $b);
 	$_->{h}->finish for ($a, $b);
-	is(join(',', wait_keys()), '', "$c. no wait key left behind");
+	is(join(',', $redis ? () : wait_keys()), '', "$c. no wait key left behind");
+	is(join(',', grep { $_ ne '' } map { redis_cli($_, '--scan', '--pattern', "$prefix:wait:*") } @{ $cl->{ports} }), '',
+		"$c. no wait key left behind on the cluster") if $redis;
 }
 
 # ---- b. a Node client closes a cycle through a SQL session ----

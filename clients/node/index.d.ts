@@ -6,7 +6,7 @@ export declare const PROTOCOL_VERSION: '2';
 export declare const INTENT_MS: number;
 export declare const KEEP_TOKEN_MS: number;
 export declare const NAME_MAX: number;
-export declare const SCRIPTS: readonly ['acquire', 'release', 'renew', 'info'];
+export declare const SCRIPTS: readonly ['acquire', 'release', 'renew', 'info', 'waits', 'mark'];
 
 export interface LocksOptions {
   /** Key prefix: the extension's rwlock.key_prefix. Default "rwlock". */

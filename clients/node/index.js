@@ -22,7 +22,9 @@ const INTENT_MS = 2000; // a waiting caller's mark, as the SQL side
 const KEEP_TOKEN_MS = 600000; // how long a free lock keeps its last write token
 const NAME_MAX = 1024; // bytes: the longest name the SQL side accepts
 const POLL_MS = 50; // sleep between tries when subscribing failed
-const SCRIPTS = ['acquire', 'release', 'renew', 'info'];
+const SCRIPTS = ['acquire', 'release', 'renew', 'info', 'waits', 'mark'];
+const WALK_OWNERS = 64; // owners a deadlock walk visits at most (docs/protocol.md 18)
+const WALK_DEPTH = 32; // the longest cycle it looks for
 // acquire.lua ARGV[7]: what the caller already holds of the name.
 const HOLDS_READ = 'r'; // its read lock: an upgrade
 const HOLDS_NOTHING = '-'; // nothing: a read field of this owner left in Redis is stale
@@ -108,6 +110,27 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, m
 /** The name as it appears in keys: '%', '{', '}' percent-encoded. */
 function encodeName(name) {
   return name.replace(/%/g, '%25').replace(/\{/g, '%7B').replace(/\}/g, '%7D');
+}
+
+/** <prefix>:wait:{<owner>}: what the owner waits for (docs/protocol.md 18). */
+function waitKeyOf(prefix, owner) {
+  return `${prefix}:wait:{${encodeName(owner)}}`;
+}
+
+/** A wait key's value "2 <r|w> <nonce>[@<as>] <lock hash key>" as
+ *  { mode, as, key } (as: the owner after '@' that waits in the lock for
+ *  the key's owner, else null); null for another version, a mark or
+ *  anything malformed: no edge. */
+function parseWait(value) {
+  const head = `${PROTOCOL_VERSION} `;
+  if (!value.startsWith(head)) return null;
+  const mode = value[head.length];
+  if ((mode !== 'r' && mode !== 'w') || value[head.length + 1] !== ' ') return null;
+  const rest = value.slice(head.length + 2);
+  const sp = rest.indexOf(' ');
+  if (sp < 0 || sp + 1 === rest.length) return null;
+  const at = rest.slice(0, sp).indexOf('@');
+  return { mode, as: at >= 0 ? rest.slice(at + 1, sp) : null, key: rest.slice(sp + 1) };
 }
 
 /** [hash, queue, channel] of lock `name` under `prefix`. */
@@ -479,17 +502,22 @@ class Locks {
   // -- the protocol's calls --------------------------------------------------
 
   async _run(script, name, args) {
-    const [k1, k2] = lockKeys(this.prefix, name);
-    const s = this.scripts[script];
     try {
-      try {
-        return await this.redis.evalsha(s.sha, 2, k1, k2, ...args);
-      } catch (e) {
-        if (!isNoScript(e)) throw e;
-        return await this.redis.eval(s.body, 2, k1, k2, ...args);
-      }
+      return await this._eval(script, lockKeys(this.prefix, name).slice(0, 2), args);
     } catch (e) {
       throw versionError(name, e);
+    }
+  }
+
+  /** EVALSHA, EVAL when Redis does not have the script yet; a Cluster routes
+   *  it by its keys. */
+  async _eval(script, keys, args) {
+    const s = this.scripts[script];
+    try {
+      return await this.redis.evalsha(s.sha, keys.length, ...keys, ...args);
+    } catch (e) {
+      if (!isNoScript(e)) throw e;
+      return await this.redis.eval(s.body, keys.length, ...keys, ...args);
     }
   }
 
@@ -558,6 +586,80 @@ class Locks {
     if (!m) return;
     for (const o of owners) m.delete(o);
     if (m.size === 0) this.owed.delete(name);
+  }
+
+  // -- deadlock detection (docs/protocol.md 18; src/deadlock.c walks alike) ---
+  // A failed call is no edge: the walk just finds less.
+
+  /** waits.lua: whom `owner` waits for in the lock `key` (hash key) in
+   *  `mode`; [] when it does not wait there now, or Redis could not say. */
+  async _blockers(key, owner, mode) {
+    const r = await this._eval('waits', [key, `${key}:q`], [PROTOCOL_VERSION, owner, mode])
+      .catch(() => null);
+    return Array.isArray(r) && Number(r[0]) === 1 ? r.slice(1).map(String) : [];
+  }
+
+  /** The value of `owner`'s wait key, or null. */
+  async _waitOf(owner) {
+    const v = await this.redis.get(waitKeyOf(this.prefix, owner)).catch(() => null);
+    return v == null ? null : String(v);
+  }
+
+  /**
+   * Walk the wait-for graph from `me`'s wait (mode, hash key, its wait key's
+   * value), depth first, hop by hop (at most WALK_OWNERS owners, WALK_DEPTH
+   * hops). A cycle back to `me` whose edges still hold (_recheck) is broken:
+   * its victim is the member with the greatest owner id (byte order, as
+   * every finder picks it); another member is marked (mark.lua) and fails
+   * at its next check-in. Resolves to { victim: the encoded cycle when `me`
+   * is the victim, else null; foreign: an owner met whose id does not start
+   * with "pg:" (a client, which may not walk itself: walk again next time) }.
+   */
+  async _walk(me, mode, key, value) {
+    const path = [{ owner: me, as: me, value, mode, key }];
+    const visited = new Set();
+    let foreign = false;
+    const search = async () => {
+      const hop = path[path.length - 1];
+      for (const b of await this._blockers(hop.key, hop.as, hop.mode)) {
+        if (b === me) return true;
+        if (visited.has(b) || visited.size === WALK_OWNERS) continue;
+        visited.add(b);
+        if (!b.startsWith('pg:')) foreign = true;
+        const v = path.length === WALK_DEPTH ? null : await this._waitOf(b);
+        const wait = v === null ? null : parseWait(v);
+        if (!wait) continue;
+        if (wait.as === null) wait.as = b;
+        else if (!wait.as.startsWith('pg:')) foreign = true;
+        path.push({ owner: b, value: v, ...wait });
+        if (await search()) return true;
+        path.pop();
+      }
+      return false;
+    };
+    if (!(await search()) || !(await this._recheck(path))) return { victim: null, foreign };
+    const cycle = path.map((h, i) => `${h.owner} ${h.mode} ${path[(i + 1) % path.length].owner} ${h.key}`)
+      .join('\n');
+    let v = 0;
+    for (let i = 1; i < path.length; i++) {
+      if (Buffer.compare(Buffer.from(path[i].owner), Buffer.from(path[v].owner)) > 0) v = i;
+    }
+    if (v === 0) return { victim: cycle, foreign };
+    await this._eval('mark', [waitKeyOf(this.prefix, path[v].owner)],
+      [PROTOCOL_VERSION, path[v].value, cycle]).catch(() => {});
+    return { victim: null, foreign };
+  }
+
+  /** Every edge of a cycle found once more: each wait key unchanged (but
+   *  ours), each blocker still among its waiter's blockers. */
+  async _recheck(path) {
+    for (let i = 0; i < path.length; i++) {
+      const hop = path[i];
+      if (i > 0 && (await this._waitOf(hop.owner)) !== hop.value) return false;
+      const next = path[(i + 1) % path.length].owner;
+      if (!(await this._blockers(hop.key, hop.as, hop.mode)).includes(next)) return false;
+    }
+    return true;
   }
 
   async _renew(name, owner, leaseMs) {
@@ -652,11 +754,13 @@ class Lock extends EventEmitter {
     let done = false;
     // Deadlock detection (docs/protocol.md 18): once waiting that long, say
     // what we wait for, again each deadlockTimeout; a mark left there by a
-    // deadlock's finder makes this wait its victim.
-    const waitKey = `${L.prefix}:wait:{${encodeName(this.owner)}}`;
-    const waitValue = `${PROTOCOL_VERSION} ${mode} ${crypto.randomBytes(4).toString('hex')} ` +
-      lockKeys(L.prefix, this.name)[0];
+    // deadlock's finder makes this wait its victim. Then walk the wait-for
+    // graph: the first time, and again only while walks meet clients.
+    const hashKey = lockKeys(L.prefix, this.name)[0];
+    const waitKey = waitKeyOf(L.prefix, this.owner);
+    const waitValue = `${PROTOCOL_VERSION} ${mode} ${crypto.randomBytes(4).toString('hex')} ${hashKey}`;
     let checkAt = null;
+    let walk = true;
     let published = false;
     const dropWait = async () => {
       if (published) await L.redis.del(waitKey).catch(() => {});
@@ -703,13 +807,19 @@ class Lock extends EventEmitter {
             const ttl = Math.max(3 * L.deadlockTimeout, 2 * INTENT_MS);
             const old = await L.redis.set(waitKey, waitValue, 'PX', Math.round(ttl), 'GET');
             published = true;
-            checkAt = now() + L.deadlockTimeout;
             const head = `!${waitValue}\n`;
-            if (old != null && String(old).startsWith(head)) {
+            let cycle = old != null && String(old).startsWith(head) ? String(old).slice(head.length) : null;
+            if (cycle === null && walk) {
+              const found = await L._walk(this.owner, mode, hashKey, waitValue);
+              cycle = found.victim;
+              walk = found.foreign;
+            }
+            checkAt = now() + L.deadlockTimeout;
+            if (cycle !== null) {
               done = true;
               await L._release(this.name, this.owner, 'q');
               await dropWait();
-              throw new DeadlockDetected(this.name, String(old).slice(head.length));
+              throw new DeadlockDetected(this.name, cycle);
             }
           }
         }

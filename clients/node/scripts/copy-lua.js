@@ -6,7 +6,7 @@
 const fs = require('fs');
 const path = require('path');
 
-const SCRIPTS = ['acquire', 'release', 'renew', 'info'];
+const SCRIPTS = ['acquire', 'release', 'renew', 'info', 'waits', 'mark'];
 const src = path.join(__dirname, '..', '..', '..', 'lua');
 const dest = path.join(__dirname, '..', 'lua');
 

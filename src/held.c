@@ -506,7 +506,9 @@ held_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 /*
  * Session end: every hold goes at once, and every release still owed is
  * sent, without waiting for answers and within RW_EXIT_BUDGET_MS whatever
- * Redis does. What does not make it is freed by the leases.
+ * Redis does. A hold whose release did not get through (no connection
+ * could be made in time) is left to the keeper, which releases it as soon
+ * as it can (with the library preloaded); else its lease frees it.
  */
 static void
 held_at_exit(int code, Datum arg)
@@ -525,12 +527,18 @@ held_at_exit(int code, Datum arg)
 
 		memset(h->count, 0, sizeof(h->count));
 		h->stack_len = 0;
-		rw_holds_unpublish(h);
 		if (!h->lost && h->redis_mode != RW_NONE)
+		{
+			rw_holds_exiting(h);
 			rw_release_later(h->node, h->name, &h->keys, RW_KEEP_NOTHING, 0);
+		}
+		else
+			rw_holds_unpublish(h);
 		h->redis_mode = RW_NONE;
 	}
 	rw_release_at_exit();
+	for (int i = 0; i < n; i++)
+		rw_holds_exited(list[i]);
 	rw_conn_limit(0);
 }
 

@@ -236,6 +236,30 @@ rw_holds_unpublish(RwHeld *h)
 	h->slot = -1;
 }
 
+/* At exit, before the hold is released in Redis: not renewed, but kept. */
+void
+rw_holds_exiting(RwHeld *h)
+{
+	rw_keeper_exiting(h->slot);
+}
+
+/*
+ * At exit, after the releases were sent: a hold whose release went out
+ * leaves the keeper's table; one whose release did not get through is left
+ * to the keeper to release.
+ */
+void
+rw_holds_exited(RwHeld *h)
+{
+	if (h->slot >= 0 && !rw_release_went_out(h->node, h->name))
+	{
+		rw_keeper_orphan(h->slot);
+		h->slot = -1;
+	}
+	else
+		rw_holds_unpublish(h);
+}
+
 /*
  * Record that a hold was lost (its lease ran out, Redis lost it), counting
  * it once. Never throws: called between Redis's answers and their records.

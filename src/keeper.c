@@ -87,6 +87,7 @@ typedef struct RwSlot
 {
 	bool		in_use;
 	bool		lost;			/* set by the keeper */
+	uint8		exit;			/* SLOT_LIVE, or its backend is exiting */
 	int			renewer;		/* the renewer of its URL, or -1: the keeper */
 	uint8		modes[2];		/* strongest RwMode per RwLevel */
 	int			next_free;
@@ -103,6 +104,15 @@ typedef struct RwSlot
 	char		key[RW_KEY_MAX];	/* the lock's hash key; :q follows */
 	char		name[RW_NAME_MAX + 1];
 } RwSlot;
+
+/*
+ * A slot's exit: its backend is releasing it at exit (not renewed, kept),
+ * or left it for the keeper to release (the exit's release did not get
+ * through: no connection could be made within the exit's budget).
+ */
+#define SLOT_LIVE		0
+#define SLOT_EXITING	1
+#define SLOT_ORPHAN		2
 
 /*
  * A renewer: the worker that renews the holds of one Redis server (URL).
@@ -378,6 +388,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 		s = &shared->slots[slot];
 	s->gen = shared->next_gen++;
 	s->lost = false;
+	s->exit = SLOT_LIVE;
 	s->token = token;
 	s->lease_ms = lease_ms;
 	pg_atomic_write_u64(&s->renewed, (uint64) renewed_ms);
@@ -402,6 +413,51 @@ rw_keeper_unpublish(int slot)
 		s->gen = shared->next_gen++;
 		s->next_free = shared->free_head;
 		shared->free_head = slot;
+	}
+	LWLockRelease(shared->lock);
+}
+
+/*
+ * At exit, before a hold is released in Redis: not renewed any more, but
+ * kept, for rw_keeper_orphan if the release does not get through. A new
+ * generation drops what a renewal in flight finds.
+ */
+void
+rw_keeper_exiting(int slot)
+{
+	RwSlot	   *s;
+
+	if (shared == NULL || slot < 0)
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	s = &shared->slots[slot];
+	if (s->in_use && s->pid == MyProcPid)
+	{
+		s->exit = SLOT_EXITING;
+		s->gen = shared->next_gen++;
+	}
+	LWLockRelease(shared->lock);
+}
+
+/*
+ * At exit, the hold's release did not get through: whoever renews it
+ * releases it now, on behalf of its owner, rather than leave the lock to
+ * its lease.
+ */
+void
+rw_keeper_orphan(int slot)
+{
+	RwSlot	   *s;
+
+	if (shared == NULL || slot < 0)
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	s = &shared->slots[slot];
+	if (s->in_use && s->pid == MyProcPid)
+	{
+		s->exit = SLOT_ORPHAN;
+		s->gen = shared->next_gen++;
+		keeper_wake_for(s, rw_now_ms());
 	}
 	LWLockRelease(shared->lock);
 }
@@ -482,6 +538,7 @@ typedef struct KWork
 	uint64		gen;
 	int			pid;
 	int			lease_ms;
+	bool		release;		/* release it (its backend exited), not renew */
 	char	   *owner;
 	char	   *url;
 	RwKeys		keys;
@@ -598,23 +655,28 @@ keeper_mine(const RwSlot *s)
 		shared->renewers[s->renewer].state != RENEWER_RUNNING;
 }
 
-/* Drop a slot whose backend is gone without clearing it. */
-static void
-keeper_drop_dead(KWork *w)
+/*
+ * Free a slot this process released, unless it changed meanwhile; true if
+ * freed, with the lock's name in name.
+ */
+static bool
+keeper_free_slot(KWork *w, char *name)
 {
 	RwSlot	   *s = &shared->slots[w->slot];
+	bool		freed = false;
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (s->in_use && s->gen == w->gen)
 	{
-		elog(LOG, "rwlock keeper: dropping a hold of \"%s\" published by process %d, which is gone",
-			 s->name, s->pid);
+		strlcpy(name, s->name, RW_NAME_MAX + 1);
+		freed = true;
 		s->in_use = false;
 		s->gen = shared->next_gen++;
 		s->next_free = shared->free_head;
 		shared->free_head = w->slot;
 	}
 	LWLockRelease(shared->lock);
+	return freed;
 }
 
 /*
@@ -636,6 +698,29 @@ keeper_retry_later(const KWork *w, int64 now)
 	retry_n[i] = Min(retry_n[i] + 1, 8);
 	retry_at[i] = now + Min((int64) KEEPER_RETRY_MS << (retry_n[i] - 1), cap);
 	return retry_at[i];
+}
+
+/*
+ * Release a hold whose backend exited before its own release got through
+ * (or is gone without a word), on behalf of its owner. Returns when to try
+ * again if it failed (PG_INT64_MAX if not).
+ */
+static int64
+keeper_release(KWork *w, int64 now)
+{
+	KNode	   *k = knode_get(w->url);
+	RwError		err;
+	char		name[RW_NAME_MAX + 1];
+
+	if (k == NULL)
+		return PG_INT64_MAX;
+	k->seen = now;
+	if (!rw_release_as(&k->node, &w->keys, w->owner, &err))
+		return keeper_retry_later(w, now);
+	if (keeper_free_slot(w, name))
+		elog(LOG, "rwlock keeper released Redis lock \"%s\" of process %d, which exited before its own release got through",
+			 name, w->pid);
+	return PG_INT64_MAX;
 }
 
 /*
@@ -735,12 +820,17 @@ keeper_cycle(int64 *wake)
 
 		if (!s->in_use || s->lost || !keeper_mine(s))
 			continue;
+		/* Its backend releases it at exit (unless it died meanwhile). */
+		if (s->exit == SLOT_EXITING && BackendPidGetProc(s->pid) != NULL)
+			continue;
 		cycle_had_holds = true;
 		if ((k = knode_find(s->url)) != NULL)
 			k->seen = now;
 		/* Wake often enough for sessions to rely on the heartbeat. */
 		next = Min(next, now + Max(s->lease_ms / 6, 50));
 		due = (int64) pg_atomic_read_u64(&s->renewed) + s->lease_ms / 3;
+		if (s->exit != SLOT_LIVE)
+			due = now;			/* to release now */
 		if (retry_gen[i] == s->gen && retry_at[i] > due)
 			due = early = retry_at[i];	/* failed lately: not before its retry */
 		else
@@ -769,6 +859,7 @@ keeper_cycle(int64 *wake)
 		work[j].gen = s->gen;
 		work[j].pid = s->pid;
 		work[j].lease_ms = s->lease_ms;
+		work[j].release = s->exit != SLOT_LIVE;
 		work[j].owner = pstrdup(s->owner);
 		work[j].url = pstrdup(s->url);
 		work[j].keys.key[0] = pstrdup(s->key);
@@ -777,18 +868,17 @@ keeper_cycle(int64 *wake)
 	*wake = next;
 	LWLockRelease(shared->lock);
 
-	/* Never renew for a backend that is gone. */
+	/* Never renew for a backend that is gone: release its holds instead. */
 	for (int i = 0; i < n; i++)
 	{
-		if (BackendPidGetProc(work[i].pid) == NULL)
-		{
-			keeper_drop_dead(&work[i]);
-			work[i--] = work[--n];
-			continue;
-		}
 		work[i].keys.len[0] = strlen(work[i].keys.key[0]);
 		work[i].keys.key[1] = psprintf("%s:q", work[i].keys.key[0]);
 		work[i].keys.len[1] = work[i].keys.len[0] + 2;
+		if (work[i].release || BackendPidGetProc(work[i].pid) == NULL)
+		{
+			next = Min(next, keeper_release(&work[i], now));
+			work[i--] = work[--n];
+		}
 	}
 
 	qsort(work, n, sizeof(KWork), keeper_work_cmp);

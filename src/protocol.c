@@ -305,6 +305,26 @@ rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep, int lease_ms,
 }
 
 /*
+ * Release everything another owner holds of the lock (the keeper, for a
+ * session that exited before its own release got through), and wait for
+ * the answer: as rw_proto_release. owner must outlive the call.
+ */
+int
+rw_proto_release_as(RwConn *conn, const RwKeys *keys, const char *owner,
+					RwError *err)
+{
+	RwAcquireCall c;
+	const char *args[5];
+
+	proto_release_args(RW_KEEP_NOTHING, 0, args, c.lease, c.keep);
+	args[1] = owner;
+	proto_prepare(&c.call, RW_SCRIPT_RELEASE, keys, 5, args);
+	if (!rw_script_send(conn, &c.call, 1, 0, err))
+		return -1;
+	return rw_proto_collect_held(conn, &c, err);
+}
+
+/*
  * The same release, sent without reading the answer (a quorum sends it to
  * all its members first): rw_proto_collect_held reads it. *c keeps the
  * arguments until then.

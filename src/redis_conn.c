@@ -1293,6 +1293,13 @@ conn_went_away(RwConn *conn)
 	return r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* Whether the connection is open with nothing of its output left to write. */
+bool
+rw_conn_sent_all(RwConn *conn)
+{
+	return conn->ctx != NULL && sdslen(conn->ctx->obuf) == 0;
+}
+
 /*
  * Make sure the connection is open, connecting if it is not: bounded by
  * rwlock.connect_timeout, cut short by interrupts, and tried at most once

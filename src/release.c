@@ -821,3 +821,65 @@ rw_release_at_exit(void)
 			release_send_owed(node, true);
 	rw_release_flush();
 }
+
+/*
+ * After rw_release_at_exit: whether the releases owed for the name on the
+ * node were written whole to open connections, so that Redis will run
+ * them: every one, or in quorum mode those to a majority of the members (a
+ * minority's hold frees nothing and ends with its lease). Otherwise the
+ * keeper is asked to release the hold (held.c).
+ */
+bool
+rw_release_went_out(RwNode *node, const char *name)
+{
+	int			n = rw_quorum_size(node);
+	int			out = 0,
+				owed = 0;
+
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && strcmp(rec->name, name) == 0)
+		{
+			owed++;
+			out += rec->sent && rw_conn_sent_all(rec->conn);
+		}
+	return n > 0 ? owed == 0 || out >= rw_quorum_majority(node) : out == owed;
+}
+
+/*
+ * Release everything `owner` holds of a lock, on the connection that serves
+ * it, or on every member of a quorum that may be asked, and wait for the
+ * answers: the keeper, for a session that exited before its own release
+ * got through. True when Redis (a majority of a quorum's members) ran it,
+ * whatever it found. Never throws.
+ */
+bool
+rw_release_as(RwNode *node, const RwKeys *keys, const char *owner, RwError *err)
+{
+	int			n = rw_quorum_size(node);
+	int			done = 0;
+
+	if (n == 0)
+	{
+		RwConn	   *conn = rw_cluster_cmd(node, keys);
+
+		return rw_conn_ensure(conn, err) &&
+			rw_proto_release_as(conn, keys, owner, err) >= 0;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		RwConn	   *conn = &rw_quorum_member(node, i)->cmd;
+		RwError		merr;
+
+		if (!rw_quorum_may_ask(node, i))
+			continue;
+		if (rw_conn_ensure(conn, &merr) &&
+			rw_proto_release_as(conn, keys, owner, &merr) >= 0)
+			done++;
+		else
+		{
+			rw_quorum_failed(node, i, &merr);
+			*err = merr;
+		}
+	}
+	return done >= rw_quorum_majority(node);
+}

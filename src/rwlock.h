@@ -331,6 +331,7 @@ extern void rw_conn_limit(int64 deadline);
 extern int64 rw_conn_tighten(int64 deadline);
 extern void rw_conn_restore(int64 cap);
 extern bool rw_conn_ensure(RwConn *conn, RwError *err);
+extern bool rw_conn_sent_all(RwConn *conn);
 extern bool rw_conn_open(RwConn *conn, int64 deadline, RwError *err);
 extern bool rw_exchange_longer(RwConn *conn, int nreplies,
 							   redisReply **replies, int extra_ms,
@@ -504,6 +505,8 @@ extern bool rw_proto_fence_send(RwConn *conn, const RwKeys *keys, int64 token,
 extern int	rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err);
 extern bool rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwKeep keep,
 								  int lease_ms, RwAcquireCall *c, RwError *err);
+extern int	rw_proto_release_as(RwConn *conn, const RwKeys *keys,
+								const char *owner, RwError *err);
 extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep,
 							 int lease_ms, RwError *err);
 extern void rw_proto_release_append(RwConn *conn, const RwKeys *keys,
@@ -584,6 +587,8 @@ extern int	rw_keeper_publish(int slot, const char *name, const char *url,
 							  TimestampTz acquired, int64 renewed_ms,
 							  int lease_ms, bool *full);
 extern void rw_keeper_unpublish(int slot);
+extern void rw_keeper_exiting(int slot);
+extern void rw_keeper_orphan(int slot);
 extern void rw_keeper_set_modes(int slot, RwMode session_mode, RwMode xact_mode);
 extern bool rw_keeper_state(int slot, int64 *renewed_ms);
 extern void rw_keeper_renewed(int slot, int64 renewed_ms, bool lost);
@@ -733,6 +738,8 @@ extern void rw_holds_granted(RwHeld *h, RwMode mode, int64 token,
 extern void rw_holds_refresh(RwHeld *h);
 extern void rw_holds_publish_modes(RwHeld *h);
 extern void rw_holds_unpublish(RwHeld *h);
+extern void rw_holds_exiting(RwHeld *h);
+extern void rw_holds_exited(RwHeld *h);
 extern int	rw_held_rows(RwHeldRow **rows);
 extern void rw_note_lost(const char *name, const char *detail);
 extern void rw_note_warning(int sqlstate, const char *msg, const char *detail);
@@ -759,6 +766,9 @@ extern bool rw_release_settle_member(RwNode *node, int ix, const char *name,
 extern void rw_release_read_answers(void);
 extern bool rw_release_await(RwError *err);
 extern void rw_release_at_exit(void);
+extern bool rw_release_went_out(RwNode *node, const char *name);
+extern bool rw_release_as(RwNode *node, const RwKeys *keys, const char *owner,
+						  RwError *err);
 extern void rw_note_release_failed(const char *name, const RwError *err);
 
 /* ---- waiting.c ---- */

@@ -56,11 +56,12 @@ from rwtest import RedisServer  # noqa: E402
 
 # Known bugs of the extension whose sequences --skip-known can avoid.
 KNOWN = {
-    "EXITLATE": "seen once under heavy load (seed 600, step 10047; its replay passed): "
-                "after pg_terminate_backend a read hold of the session stayed in Redis "
-                "over 3 s (its release at exit did not get through, perhaps the exit's "
-                "0.5 s budget with a connection to make again); with this flag such a "
-                "hold is waited out until its lease ends (40 s at most) and counted",
+    "EXITLATE": "before the keeper took over exits' releases (fixed; t/039 reproduces "
+                "it): after pg_terminate_backend a hold of the session stayed in Redis "
+                "until its lease when the exit's release did not get through (its "
+                "connection dropped, and no new one within the exit's 0.5 s); with this "
+                "flag such a hold is waited out until its lease ends (40 s at most) and "
+                "counted; for testing older builds",
     "LOSTWARN": "held_release_xact before ac70ab1 (fixed): COMMIT, ROLLBACK and "
                 "ROLLBACK TO repeated the WARNING of a lost lock once per run of its xact "
                 "holds between other names' (with this flag identical \"was lost\" "

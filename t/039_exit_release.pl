@@ -1,0 +1,81 @@
+# A session's exit whose releases cannot get through (SPEC 2.2: session end
+# releases every hold at once; SPEC 8: exit spends at most 0.5 s on Redis).
+# The backend's connection was dropped and Redis is stopped when the session
+# is terminated: the exit cannot connect again within its budget. The holds
+# are then left to the keeper, which releases them on the owner's behalf as
+# soon as Redis answers, and logs it; before, they stayed in Redis until
+# their leases ran out (the random API test's EXITLATE).
+#  a) one Redis: a write and a read hold of a terminated session are gone
+#     within 3 s of Redis answering again (lease 30 s), each logged once;
+#     a waiter gets the lock;
+#  b) a normal exit (Redis up) leaves nothing to the keeper: no such log.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib $FindBin::RealBin;
+use RwlockTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $port = redis_start();
+my $node = new_node('exitrel', port => $port, preload => 1, lease => '30s',
+	conf => "rwlock.command_timeout = '1s'\nrwlock.connect_timeout = '1s'\n");
+my $prefix = 'tap_exitrel';
+ok(defined wait_until(sub { keeper_pid($node) ne '' }, 10), 'the keeper runs');
+
+# The Redis client id of a backend's connection (CLIENT SETNAME rwlock:pg:<pid>).
+sub client_id_of
+{
+	my ($pid) = @_;
+	for (split /\n/, redis_cli($port, 'CLIENT', 'LIST'))
+	{
+		return $1 if /\bid=(\d+)\b.*\bname=rwlock:pg:$pid\b/;
+	}
+	return undef;
+}
+
+# ---- a) the exit cannot reach Redis ----
+{
+	my $s = session($node);
+	my ($out) = sq($s, "SELECT redis_wlock('w1') > 0, redis_rlock('r1') >= 0");
+	is($out, 't|t', 'a) the session holds w1 (write) and r1 (read)');
+	my $pid = session_pid($s);
+	my $owner = session_owner($s);
+	my $id = client_id_of($pid);
+	ok(defined $id, "a) its Redis connection is client $id");
+	redis_cli($port, 'CLIENT', 'KILL', 'ID', $id);
+	redis_sigstop($port);
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+	ok(defined wait_until(sub { backend_gone($node, $pid) }, 5), 'a) the backend exited within 5 s with Redis stopped');
+	sleep 0.5;
+	redis_sigcont($port);
+	my $t0 = time;
+	my $freed = wait_until(sub {
+		redis_mode_of($port, $prefix, 'w1', $owner) eq '' && redis_mode_of($port, $prefix, 'r1', $owner) eq '';
+	}, 20);
+	ok(defined $freed && time - $t0 < 3.0,
+		sprintf('a) both holds gone %.2f s after Redis answered again (lease 30 s)', time - $t0));
+	my $w = session($node);
+	my ($got) = sq($w, "SET lock_timeout = '5s'; SELECT redis_wlock('w1') > 0, redis_wlock('r1') > 0");
+	is($got, 't|t', 'a) another session takes both locks');
+	sq($w, 'SELECT redis_unlock_all()');
+	$w->quit;
+	my $log = slurp_file($node->logfile);
+	my @lines = $log =~ /rwlock keeper released Redis lock "(\w+)" of process $pid, which exited before its own release got through/g;
+	is_deeply([ sort @lines ], [ 'r1', 'w1' ], 'a) the keeper logs each release it made, once');
+}
+
+# ---- b) a normal exit leaves nothing to the keeper ----
+{
+	my $s = session($node);
+	my ($out) = sq($s, "SELECT redis_wlock('w2') > 0");
+	my $pid = session_pid($s);
+	$s->quit;
+	ok(defined wait_until(sub { lock_state($port, $prefix, 'w2') eq 'free' }, 3), 'b) a normal exit releases at once');
+	sleep 1;
+	unlike(slurp_file($node->logfile), qr/released Redis lock "w2"/, 'b) the keeper released nothing');
+}
+
+$node->stop;
+done_testing();

@@ -8,12 +8,15 @@
 #  a) one Redis: a write and a read hold of a terminated session are gone
 #     within 3 s of Redis answering again (lease 30 s), each logged once;
 #     a waiter gets the lock;
-#  b) a normal exit (Redis up) leaves nothing to the keeper: no such log.
+#  b) a normal exit (Redis up) leaves nothing to the keeper: no such log;
+#  c) quorum mode (3 masters, two of them stopped): the keeper releases the
+#     hold on a majority once they answer again.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 use RwlockTest;
+use RwlockQuorum;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -27,8 +30,8 @@ ok(defined wait_until(sub { keeper_pid($node) ne '' }, 10), 'the keeper runs');
 # The Redis client id of a backend's connection (CLIENT SETNAME rwlock:pg:<pid>).
 sub client_id_of
 {
-	my ($pid) = @_;
-	for (split /\n/, redis_cli($port, 'CLIENT', 'LIST'))
+	my ($pid, $on) = @_;
+	for (split /\n/, redis_cli($on // $port, 'CLIENT', 'LIST'))
 	{
 		return $1 if /\bid=(\d+)\b.*\bname=rwlock:pg:$pid\b/;
 	}
@@ -75,6 +78,39 @@ sub client_id_of
 	ok(defined wait_until(sub { lock_state($port, $prefix, 'w2') eq 'free' }, 3), 'b) a normal exit releases at once');
 	sleep 1;
 	unlike(slurp_file($node->logfile), qr/released Redis lock "w2"/, 'b) the keeper released nothing');
+}
+
+# ---- c) quorum mode ----
+{
+	my @ports = quorum_start(3);
+	# Masters that persist every write count at once, and the lease is not
+	# capped below 30 s: a hold left behind would stay 30 s.
+	for my $p (@ports)
+	{
+		redis_cli($p, 'CONFIG', 'SET', 'appendonly', 'yes');
+		redis_cli($p, 'CONFIG', 'SET', 'appendfsync', 'always');
+	}
+	my $q = quorum_node('exitq', '30s', 30, @ports);
+	ok(defined wait_until(sub { keeper_pid($q) ne '' }, 10), 'c) the keeper runs');
+	my $s = session($q);
+	my ($out) = sq($s, "SELECT redis_wlock('qw') > 0");
+	is($out, 't', 'c) the session holds qw on the quorum');
+	my $pid = session_pid($s);
+	my $owner = session_owner($s);
+	redis_cli($_, 'CLIENT', 'KILL', 'ID', client_id_of($pid, $_)) for @ports;
+	redis_sigstop($_) for @ports[0, 1];
+	$q->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+	ok(defined wait_until(sub { backend_gone($q, $pid) }, 5), 'c) the backend exited with two masters stopped');
+	sleep 0.5;
+	redis_sigcont($_) for @ports[0, 1];
+	my $t0 = time;
+	my $freed = wait_until(sub {
+		!grep { redis_cli($_, 'HGET', "tap_exitq:{qw}", 'w') eq $owner } @ports;
+	}, 20);
+	ok(defined $freed && time - $t0 < 4.0,
+		sprintf('c) the hold gone from every master %.2f s after they answered again (lease 30 s)', time - $t0));
+	like(slurp_file($q->logfile), qr/rwlock keeper released Redis lock "qw" of process $pid/, 'c) logged');
+	$q->stop;
 }
 
 $node->stop;

@@ -12,7 +12,17 @@
 #  4. 20 sessions on two servers locking random names, reads and writes, in
 #     one global order for 20 s: no deadlock reported, no error;
 #  5. a wait key naming a wait that is not there (its intent is not in the
-#     lock) is no edge: no 40P01.
+#     lock) is no edge: no 40P01;
+#  6. a cycle of two Python processes only (each holds one lock and waits
+#     for the other's): the clients walk too (docs/protocol.md 18): exactly
+#     one, the one with the greater owner id, raises DeadlockDetected within
+#     deadlock_timeout + 1 s of the cycle's closing, the other gets its lock;
+#  7. a cycle of two Python processes and a SQL session, closed by a Python
+#     client after the session's first walk: the closing client's own walk
+#     breaks it within deadlock_timeout + 1 s (the session, with a longer
+#     deadlock_timeout, walks again too late to be the one); exactly one
+#     victim, the others proceed;
+#  8. an asyncio client in a cycle with a synchronous client: the same.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -53,11 +63,44 @@ first.release()
 print("released", flush=True)
 PY
 
+# The same with the asyncio client. It has no aliases (its locks' tasks are
+# not tracked), so the task holds and waits under one owner id: the second
+# lock takes the first one's.
+my $py_aio = <<'PY';
+import asyncio, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import redis.asyncio as aredis
+from rwlock_client import DeadlockDetected
+from rwlock_client.aio import AsyncClient
+
+async def main():
+    c = AsyncClient(aredis.Redis(host="127.0.0.1", port=int(sys.argv[2])),
+                    prefix=sys.argv[3], deadlock_timeout=1.0)
+    first = c.write_lock(sys.argv[4])
+    await first.acquire(timeout=10)
+    print("holding", first.owner, flush=True)
+    while not os.path.exists(sys.argv[6]):
+        await asyncio.sleep(0.01)
+    second = c.write_lock(sys.argv[5])
+    second.owner = first.owner
+    t0 = time.monotonic()
+    try:
+        await second.acquire(timeout=20)
+        print("granted", flush=True)
+        await second.release()
+    except DeadlockDetected as e:
+        print("deadlock %.3f %s" % (time.monotonic() - t0, e), flush=True)
+    await first.release()
+    print("released", flush=True)
+
+asyncio.run(main())
+PY
+
 sub python_holder
 {
-	my ($first, $second) = @_;
+	my ($first, $second, $script) = @_;
 	my %h = (out => '', err => '', go => "$PostgreSQL::Test::Utils::tmp_check/go_$first");
-	$h{h} = IPC::Run::start([ '/usr/bin/python3', '-c', $py,
+	$h{h} = IPC::Run::start([ '/usr/bin/python3', '-c', $script // $py,
 		"$FindBin::RealBin/../clients/python", $port, $prefix, $first, $second, $h{go} ],
 		'<', \undef, '>', \$h{out}, '2>', \$h{err});
 	return \%h;
@@ -80,6 +123,37 @@ sub py_until
 		sleep 0.05;
 	}
 	return $h->{out} =~ $re;
+}
+
+# The owner id a Python holder printed for its first lock.
+sub py_owner
+{
+	my ($h) = @_;
+	return $h->{out} =~ /holding (\S+)/ ? $1 : '';
+}
+
+# Go to each holder (in this order, 0.3 s apart) and wait for each wait to
+# end: the seconds from the last go to the first DeadlockDetected (or undef).
+sub py_go_all
+{
+	my (@h) = @_;
+	my $t0;
+	for my $i (0 .. $#h)
+	{
+		sleep 0.3 if $i > 0;
+		$t0 = time;
+		py_go($h[$i]);
+	}
+	my $first;
+	my $t_end = time + 25;
+	while (time < $t_end)
+	{
+		eval { $_->{h}->pump_nb; } for @h;
+		$first //= time - $t0 if grep { $_->{out} =~ /deadlock \d/ } @h;
+		last unless grep { $_->{out} !~ /deadlock|granted/ } @h;
+		sleep 0.02;
+	}
+	return $first;
 }
 
 # ---- 1. the SQL session closes the cycle ----
@@ -167,6 +241,108 @@ sub py_until
 	redis_cli($port, 'DEL', "$prefix:wait:{$owner_a}");
 	sq($_, "SELECT redis_unlock_all()") for ($a, $b);
 	$_->quit for ($a, $b);
+}
+
+# ---- 6. a cycle of two Python processes only ----
+{
+	my $a = python_holder('pa6', 'pb6');
+	my $b = python_holder('pb6', 'pa6');
+	ok(py_until($a, qr/holding/, 15) && py_until($b, qr/holding/, 15),
+		'6. each client holds its lock') or diag "$a->{err}$b->{err}";
+	my $secs = py_go_all($a, $b);
+	my @victims = grep { $_->{out} =~ /deadlock \d/ } ($a, $b);
+	my @others = grep { $_->{out} !~ /deadlock \d/ } ($a, $b);
+	is(scalar @victims, 1, '6. exactly one client raises DeadlockDetected')
+	  or diag "a: $a->{out}$a->{err}\nb: $b->{out}$b->{err}";
+	ok(defined $secs && $secs < 1.0 + 1.0 + 0.5,
+		'6. within deadlock_timeout + 1 s of the cycle\'s closing ('
+		  . ($secs // 'never') . ' s; margin for a loaded machine)');
+	if (@victims == 1)
+	{
+		like($others[0]->{out}, qr/granted/, '6. the other gets its lock');
+		cmp_ok(py_owner($victims[0]), 'gt', py_owner($others[0]),
+			'6. the victim is the one with the greater owner id');
+		like($victims[0]->{out}, qr/deadlock detected while waiting for lock 'p[ab]6': .*py:\S+ w py:\S+ shared:\{p[ab]6\}/,
+			'6. naming the cycle');
+	}
+	for my $h ($a, $b)
+	{
+		py_until($h, qr/released/, 10);
+		$h->{h}->finish;
+	}
+}
+
+# ---- 7. a cycle of two Python processes and a SQL session ----
+{
+	# The session waits first, with a deadlock_timeout of 3 s: its first
+	# walk (at 3 s) meets the first client, which waits for nothing yet;
+	# then each client waits, and the second closes the cycle. The
+	# session walks again only at 6 s, 2.4 s after the cycle closed: the
+	# break within deadlock_timeout + 1 s is the clients' own walk.
+	my $a = python_holder('pa7', 'pb7');
+	my $b = python_holder('pb7', 'sq7');
+	ok(py_until($a, qr/holding/, 15) && py_until($b, qr/holding/, 15),
+		'7. each client holds its lock') or diag "$a->{err}$b->{err}";
+	my $s = session($n1);
+	sq($s, "SET deadlock_timeout = '3s'");
+	sq($s, "BEGIN; SELECT redis_wlock_xact('sq7')");
+	sq_send($s, "SELECT redis_wlock_xact('pa7') > 0");
+	sleep 3.3;    # the session's first walk: no cycle yet
+	my $secs = py_go_all($a, $b);
+	my @victims = grep { $_->{out} =~ /deadlock \d/ } ($a, $b);
+	is(scalar @victims, 1, '7. exactly one client raises DeadlockDetected')
+	  or diag "a: $a->{out}$a->{err}\nb: $b->{out}$b->{err}";
+	ok(defined $secs && $secs < 1.0 + 1.0 + 0.3,
+		'7. within deadlock_timeout + 1 s of the cycle\'s closing (' . ($secs // 'never') . ' s)');
+	my ($victim) = @victims;
+	my ($other) = grep { $_->{out} !~ /deadlock \d/ } ($a, $b);
+	cmp_ok(py_owner($victim // $a), 'gt', py_owner($other // $b),
+		'7. the victim is the client with the greater owner id');
+	my $said = ($victim // $a)->{out};
+	ok($said =~ /py:\S+ w py:\S+ shared:\{pb7\}/ && $said =~ /py:\S+ w pg:\S+ shared:\{sq7\}/
+		  && $said =~ /pg:\S+ w py:\S+ shared:\{pa7\}/, '7. naming the three waits') or diag $said;
+	my ($out, $err) = sq_wait($s, 15);
+	is($out, 't', '7. the SQL session gets its lock');
+	is(sqlstate($err), '', '7. with no error');
+	sq($s, 'COMMIT');
+	ok(py_until($other // $b, qr/granted/, 15), '7. the other client gets its lock');
+	for my $h ($a, $b)
+	{
+		py_until($h, qr/released/, 10);
+		$h->{h}->finish;
+	}
+	$s->quit;
+}
+
+# ---- 8. an asyncio client in a cycle with a synchronous client ----
+{
+	my $a = python_holder('pa8', 'pb8');
+	my $b = python_holder('pb8', 'pa8', $py_aio);
+	ok(py_until($a, qr/holding/, 15) && py_until($b, qr/holding/, 15),
+		'8. each client holds its lock') or diag "$a->{err}$b->{err}";
+	# The asyncio client waits first, the synchronous one closes the
+	# cycle. Owner ids start with the pid: the victim is then likely the
+	# one started last, the asyncio client, which the synchronous one's
+	# walk marks (mark.lua) and which sees that at its next check-in (in
+	# 6 and 7, the client closing the cycle is likely its own victim).
+	my $secs = py_go_all($b, $a);
+	my @victims = grep { $_->{out} =~ /deadlock \d/ } ($a, $b);
+	my @others = grep { $_->{out} !~ /deadlock \d/ } ($a, $b);
+	is(scalar @victims, 1, '8. exactly one client raises DeadlockDetected')
+	  or diag "sync: $a->{out}$a->{err}\naio: $b->{out}$b->{err}";
+	ok(defined $secs && $secs < 1.0 + 1.0 + 0.5,
+		'8. within deadlock_timeout + 1 s of the cycle\'s closing (' . ($secs // 'never') . ' s)');
+	if (@victims == 1)
+	{
+		like($others[0]->{out}, qr/granted/, '8. the other gets its lock');
+		cmp_ok(py_owner($victims[0]), 'gt', py_owner($others[0]),
+			'8. the victim is the one with the greater owner id');
+	}
+	for my $h ($a, $b)
+	{
+		py_until($h, qr/released/, 10);
+		$h->{h}->finish;
+	}
 }
 
 # ---- 4. no false positive: random names in one global order ----

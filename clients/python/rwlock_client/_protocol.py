@@ -10,7 +10,7 @@ import socket
 import random
 import threading
 import time
-from typing import Dict, Generator, List, Optional, Tuple, Union
+from typing import Callable, Dict, Generator, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
 # The protocol this client speaks; sent as ARGV[1] of every script and checked
@@ -21,7 +21,8 @@ INTENT_MS = 2000          # lease of a waiting caller's mark (as the SQL side)
 KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
 NAME_MAX = 1024           # bytes: the longest name the SQL side accepts
 POLL_S = 0.05             # sleep between tries when subscribing failed
-SCRIPTS = ("acquire", "release", "renew", "info", "fence")   # fence: quorum mode
+# fence: quorum mode; waits, mark: deadlock detection (docs/protocol.md 18)
+SCRIPTS = ("acquire", "release", "renew", "info", "fence", "waits", "mark")
 
 # acquire.lua ARGV[7]: what the caller already holds of the name.
 HOLDS_READ = "r"          # its read lock: this acquisition is an upgrade
@@ -139,6 +140,18 @@ def wait_key(prefix: str, owner: str) -> str:
 def wait_value(mode: str, nonce: str, hash_key: str) -> str:
     """The wait key's value: "<version> <r|w> <nonce> <lock's hash key>"."""
     return "%s %s %s %s" % (PROTOCOL_VERSION, mode, nonce, hash_key)
+
+
+def wait_values(owner: str, aliases: List[str], mode: str, nonce: str,
+                hash_key: str) -> Dict[str, str]:
+    """{owner id: wait key value} of one wait: the waiting owner's own, then
+    the same wait for each alias (an owner id holding a lock in the waiting
+    task), nonce "<nonce>@<waiting owner>" (docs/protocol.md 18)."""
+    out = {owner: wait_value(mode, nonce, hash_key)}
+    for a in aliases:
+        if a != owner:
+            out[a] = wait_value(mode, "%s@%s" % (nonce, owner), hash_key)
+    return out
 
 
 def marked_cycle(old: object, value: str) -> Optional[str]:
@@ -419,21 +432,43 @@ class DropWait:
     """Delete the wait key (the wait ended)."""
 
 
-Step = Union[Acquire, Release, Subscribe, Sleep, CheckIn, DropWait]
+class Get:
+    """GET key (on the node that serves it); result: the value or None."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+class Script:
+    """Run one of SCRIPTS with these KEYS and ARGV (on the node that serves
+    the keys); result: the reply."""
+
+    def __init__(self, script: str, keys: List[str], args: list) -> None:
+        self.script, self.keys, self.args = script, keys, args
+
+
+Step = Union[Acquire, Release, Subscribe, Sleep, CheckIn, DropWait, Get, Script]
 
 
 def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
               is_try: bool, wanted_acks: int,
-              granted, deadlock_timeout: Optional[float] = None) -> Generator[Step, object, bool]:
+              granted, deadlock_timeout: Optional[float] = None,
+              walker: Optional[Callable[[str], Generator[Step, object, Tuple[Optional[str], bool]]]] = None
+              ) -> Generator[Step, object, bool]:
     """Take the lock: True once granted (granted(token, sent) called), False
     when the time ran out. Raises UpgradeConflict, ReplicasNotAcknowledged,
     ReadLockLost, DeadlockDetected. With deadlock_timeout (s), a wait that
     lasts that long says in Redis what it waits for, again every
-    deadlock_timeout, so that deadlocks through it are found (by the SQL
-    sessions, docs/protocol.md 18)."""
+    deadlock_timeout, so that deadlocks through it are found
+    (docs/protocol.md 18); with walker (walker(nonce): a walk_plan of this
+    wait), it also walks the wait-for graph after its first check-in, and
+    again at later ones while the last walk met an owner that is not a SQL
+    session, as the SQL extension does."""
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     check_at = None                     # the next CheckIn, once waiting
     published = False
+    walked = False                      # the first walk was made
+    rewalk = False                      # the last walk met a client: again
     nonce = "%08x" % random.getrandbits(32)
     # A caller that will wait leaves a mark: a writer's intent (new readers
     # queue behind it), a reader's claim to a turn after the current writer.
@@ -492,6 +527,9 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
                     ttl_ms = max(int(3000 * deadlock_timeout), 2 * INTENT_MS)
                     cycle = yield CheckIn(nonce, ttl_ms)
                     published = True
+                    if cycle is None and walker is not None and (not walked or rewalk):
+                        walked = True
+                        cycle, rewalk = yield from walker(nonce)
                     check_at = time.monotonic() + deadlock_timeout
                     if cycle is not None:
                         done = True
@@ -532,3 +570,156 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
             except Exception:
                 pass
         raise
+
+
+# -- deadlock detection: the walk (docs/protocol.md 18) ----------------------------
+#
+# walk_plan is src/deadlock.c's dl_walk (dl_search, dl_recheck, dl_victim,
+# dl_encode_cycle, dl_mark) as a generator yielding Get and Script steps,
+# run by take_plan with the synchronous or the asyncio client's I/O. Any
+# call that fails is no edge (the walk goes on without it), as in C.
+
+WALK_MAX_OWNERS = 64      # owners a walk visits at most
+WALK_MAX_DEPTH = 32       # the longest cycle looked for
+
+
+def parse_wait_value(value: str) -> Optional[Tuple[str, str, Optional[str]]]:
+    """(mode, lock hash key, owner after '@' or None) of a wait key's value
+    "<version> <r|w> <nonce>[@<owner>] <lock hash key>"; None when it is of
+    another protocol version, marked, or malformed (no edge). As C's
+    dl_parse_value."""
+    head = PROTOCOL_VERSION + " "
+    if not value.startswith(head):
+        return None
+    rest = value[len(head):]
+    if len(rest) < 2 or rest[0] not in "rw" or rest[1] != " ":
+        return None
+    nonce, sp, key = rest[2:].partition(" ")
+    if not sp or not key:
+        return None
+    at = nonce.find("@")
+    return rest[0], key, (nonce[at + 1:] if at >= 0 else None)
+
+
+class Hop:
+    """One wait of a walk: `owner` waits (as the owner `as_`, the one whose
+    intent or mark is in the lock) for lock `key` in `mode`; `value`: its
+    wait key's value."""
+    __slots__ = ("owner", "as_", "value", "mode", "key")
+
+    def __init__(self, owner: str, as_: str, value: str, mode: str, key: str) -> None:
+        self.owner, self.as_, self.value, self.mode, self.key = owner, as_, value, mode, key
+
+
+def encode_cycle(path: List[Hop]) -> str:
+    """The cycle as a mark carries it: one line per wait, "<owner> <r|w>
+    <blocked by owner> <lock hash key>"."""
+    return "\n".join("%s %s %s %s" % (h.owner, h.mode, path[(i + 1) % len(path)].owner, h.key)
+                     for i, h in enumerate(path))
+
+
+def victim_of(path: List[Hop]) -> int:
+    """The member every finder picks: the greatest owner id in byte order
+    (C's strcmp), the first of equals."""
+    v = 0
+    for i in range(1, len(path)):
+        if path[i].owner.encode("utf-8") > path[v].owner.encode("utf-8"):
+            v = i
+    return v
+
+
+def walk_plan(prefix: str, owner: str, mode: str, nonce: str, hash_key: str,
+              aliases: List[str]) -> Generator[Step, object, Tuple[Optional[str], bool]]:
+    """Walk the wait-for graph from this wait (`owner` waits for `hash_key`
+    in `mode`, its wait key written with `nonce`; `aliases`: the other owner
+    ids holding locks in the waiting task, whose wait keys say the same wait
+    as "<nonce>@<owner>"). A cycle closes at a blocker that is `owner` or an
+    alias; it is checked once more edge by edge; then its victim (the
+    greatest owner id) is marked (mark.lua), unless it is this waiter.
+    Returns (cycle, foreign): the encoded cycle when this waiter is the
+    victim (it must give up), else None; foreign: the walk met an owner that
+    is not a SQL session (whose id does not start with "pg:"), so the walk
+    is to be made again at the next check-in."""
+    values = wait_values(owner, aliases, mode, nonce, hash_key)
+    path = [Hop(owner, owner, values[owner], mode, hash_key)]
+    visited: set = set()
+    foreign = False
+
+    def blockers_of(hop: Hop) -> Generator[Step, object, Tuple[int, List[str]]]:
+        """waits.lua: (live, blockers) of hop's wait; live -1 when Redis
+        could not say."""
+        try:
+            reply = yield Script("waits", [hop.key, hop.key + ":q"],
+                                 [PROTOCOL_VERSION, hop.as_, hop.mode])
+            live = int(reply[0])        # type: ignore[index]
+            blockers = [text(b) for b in reply[1:]  # type: ignore[index]
+                        if isinstance(b, (bytes, str))]
+        except Exception:               # noqa: BLE001 - no edge
+            return -1, []
+        return live, blockers
+
+    def get_wait(who: str) -> Generator[Step, object, Optional[str]]:
+        """The value of who's wait key, or None."""
+        try:
+            v = yield Get(wait_key(prefix, who))
+        except Exception:               # noqa: BLE001 - no edge
+            return None
+        return None if v is None else text(v)   # type: ignore[arg-type]
+
+    def search() -> Generator[Step, object, Optional[str]]:
+        """Depth first from path[-1]: the blocker that closes a cycle (this
+        waiter or an alias), the cycle then being path; else None."""
+        nonlocal foreign
+        live, blockers = yield from blockers_of(path[-1])
+        if live <= 0:
+            return None
+        for b in blockers:
+            if b in values:
+                return b
+            if b in visited or len(visited) >= WALK_MAX_OWNERS:
+                continue
+            visited.add(b)
+            if not b.startswith("pg:"):
+                foreign = True
+            if len(path) >= WALK_MAX_DEPTH:
+                continue
+            value = yield from get_wait(b)
+            parsed = parse_wait_value(value) if value is not None else None
+            if parsed is None:
+                continue
+            m, key, as_ = parsed
+            if as_ is None:
+                as_ = b
+            elif not as_.startswith("pg:"):
+                foreign = True
+            path.append(Hop(b, as_, value, m, key))   # type: ignore[arg-type]
+            closer = yield from search()
+            if closer is not None:
+                return closer
+            path.pop()
+        return None
+
+    closer = yield from search()
+    if closer is None:
+        return None, foreign
+    # Our member of the cycle is the blocker that closed it, with the value
+    # of its wait key: every finder then names the same members.
+    path[0] = Hop(closer, owner, values[closer], mode, hash_key)
+    # Every edge once more (a lock freed, a wait ended meanwhile: nothing).
+    for i, hop in enumerate(path):
+        nxt = path[(i + 1) % len(path)].owner
+        if i > 0 and (yield from get_wait(hop.owner)) != hop.value:
+            return None, foreign
+        live, blockers = yield from blockers_of(hop)
+        if live <= 0 or nxt not in blockers:
+            return None, foreign
+    cycle = encode_cycle(path)
+    v = victim_of(path)
+    if v == 0:
+        return cycle, foreign
+    try:
+        yield Script("mark", [wait_key(prefix, path[v].owner)],
+                     [PROTOCOL_VERSION, path[v].value, cycle])
+    except Exception:                   # noqa: BLE001 - its next walk, or another's
+        pass
+    return None, foreign

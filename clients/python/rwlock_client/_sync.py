@@ -42,11 +42,13 @@ def sentinel_redis(url: str, **kwargs: Any) -> "redis.Redis":
 
 
 class Run:
-    """Run one script: the reply."""
-    __slots__ = ("script", "name", "args")
+    """Run one script: the reply. keys: its KEYS, by default those of lock
+    `name` (hash, queue)."""
+    __slots__ = ("script", "name", "args", "keys")
 
-    def __init__(self, script: str, name: str, args: Sequence[Any]) -> None:
-        self.script, self.name, self.args = script, name, args
+    def __init__(self, script: str, name: str, args: Sequence[Any],
+                 keys: Optional[List[str]] = None) -> None:
+        self.script, self.name, self.args, self.keys = script, name, args, keys
 
 
 class Pipe:
@@ -66,6 +68,9 @@ class BaseClient:
     with its own I/O (drive, adrive)."""
 
     _lock_class: Any = None         # Lock, AsyncLock
+    # Waiters walk the wait-for graph (docs/protocol.md 18). Not in quorum
+    # mode, whose majority rules for the walk are not implemented here.
+    _walks = True
     _redis_class: Any = None        # redis.Redis, redis.asyncio.Redis
     _sentinel_redis: Any = None     # sentinel_redis of each
 
@@ -191,6 +196,19 @@ class BaseClient:
 
     # -- the protocol's calls, as generators ------------------------------------
 
+    def _walk_run(self, s: Any) -> Run:
+        """The Run of a walk's Script step (waits.lua, mark.lua), on its keys."""
+        return Run(s.script, s.keys[0], s.args, list(s.keys))
+
+    def _walker(self, owner: str, name: str, mode: str,
+                aliases: Callable[[], List[str]]) -> Optional[Callable]:
+        """take_plan's walker for a wait of owner on lock name, or None
+        when this client does not walk (deadlock_timeout None, quorum)."""
+        if not self._walks or not self.deadlock_timeout:
+            return None
+        hkey = self._keys(name)[0]
+        return lambda nonce: p.walk_plan(self.prefix, owner, mode, nonce, hkey, aliases())
+
     def _info_g(self, name: str):
         return p.parse_info((yield Run("info", name, [PROTOCOL_VERSION])))
 
@@ -299,7 +317,7 @@ class Client(BaseClient):
 
     def _io(self, step: Any) -> Any:
         """Run a Run or a Pipe."""
-        keys = self._keys(step.name)
+        keys = getattr(step, "keys", None) or self._keys(step.name)
         if self._preload:
             for body in self._bodies.values():
                 self.redis.script_load(body)
@@ -307,9 +325,11 @@ class Client(BaseClient):
         if isinstance(step, Run):
             try:
                 try:
-                    return self.redis.evalsha(self._shas[step.script], 2, *keys, *step.args)
+                    return self.redis.evalsha(self._shas[step.script], len(keys), *keys,
+                                              *step.args)
                 except redis.exceptions.NoScriptError:
-                    return self.redis.eval(self._bodies[step.script], 2, *keys, *step.args)
+                    return self.redis.eval(self._bodies[step.script], len(keys), *keys,
+                                           *step.args)
             except redis.exceptions.ResponseError as e:
                 raise p.version_error(step.name, e) or e
         for attempt in (0, 1):
@@ -549,15 +569,17 @@ class Lock(LockState):
             if isinstance(s, p.CheckIn):
                 # This owner's wait, and the same wait for each owner id that
                 # holds a lock in this thread ("<nonce>@<this owner>").
-                hkey = c._keys(self.name)[0]
                 cycle = None
-                for owner in [self.owner] + aliases():
-                    nonce = s.nonce if owner == self.owner else s.nonce + "@" + self.owner
-                    value = p.wait_value(mode, nonce, hkey)
+                for owner, value in p.wait_values(self.owner, aliases(), mode, s.nonce,
+                                                  c._keys(self.name)[0]).items():
                     old = c.redis.set(p.wait_key(c.prefix, owner), value,
                                       px=s.ttl_ms, get=True)
                     cycle = cycle or p.marked_cycle(old, value)
                 return cycle
+            if isinstance(s, p.Get):            # the walk (docs/protocol.md 18)
+                return c.redis.get(s.key)
+            if isinstance(s, p.Script):
+                return c._io(c._walk_run(s))
             if isinstance(s, p.DropWait):
                 c.redis.delete(*[p.wait_key(c.prefix, o) for o in [self.owner] + aliases()])
                 return None
@@ -575,7 +597,8 @@ class Lock(LockState):
 
         try:
             return drive(p.take_plan(self.name, mode, timeout, upgrade, is_try,
-                                     c.wait_replicas, granted, c.deadlock_timeout), step)
+                                     c.wait_replicas, granted, c.deadlock_timeout,
+                                     c._walker(self.owner, self.name, mode, aliases)), step)
         finally:
             if ps is not None:
                 try:

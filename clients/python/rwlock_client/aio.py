@@ -84,7 +84,7 @@ class AsyncClient(BaseClient):
 
     async def _io(self, step: Any) -> Any:
         """Run a Run or a Pipe (as Client._io, with await)."""
-        keys = self._keys(step.name)
+        keys = getattr(step, "keys", None) or self._keys(step.name)
         if self._preload:
             for body in self._bodies.values():
                 await self.redis.script_load(body)
@@ -92,11 +92,11 @@ class AsyncClient(BaseClient):
         if isinstance(step, Run):
             try:
                 try:
-                    return await self.redis.evalsha(self._shas[step.script], 2, *keys,
-                                                    *step.args)
+                    return await self.redis.evalsha(self._shas[step.script], len(keys),
+                                                    *keys, *step.args)
                 except redis.exceptions.NoScriptError:
-                    return await self.redis.eval(self._bodies[step.script], 2, *keys,
-                                                 *step.args)
+                    return await self.redis.eval(self._bodies[step.script], len(keys),
+                                                 *keys, *step.args)
             except redis.exceptions.ResponseError as e:
                 raise p.version_error(step.name, e) or e
         for attempt in (0, 1):
@@ -226,6 +226,10 @@ class AsyncLock(LockState):
             if isinstance(s, p.DropWait):
                 await c.redis.delete(p.wait_key(c.prefix, self.owner))
                 return None
+            if isinstance(s, p.Get):            # the walk (docs/protocol.md 18)
+                return await c.redis.get(s.key)
+            if isinstance(s, p.Script):
+                return await c._io(c._walk_run(s))
             assert isinstance(s, Sleep)
             if not s.subscribed:
                 await asyncio.sleep(max(0.0, s.seconds))
@@ -239,8 +243,12 @@ class AsyncLock(LockState):
                 return False
 
         try:
+            # One owner id per wait: no aliases here (an AsyncLock's task
+            # is not tracked), so its walk closes only at its own owner.
             return await adrive(p.take_plan(self.name, mode, timeout, upgrade, is_try,
-                                            c.wait_replicas, granted, c.deadlock_timeout), step)
+                                            c.wait_replicas, granted, c.deadlock_timeout,
+                                            c._walker(self.owner, self.name, mode, list)),
+                                step)
         finally:
             if ps is not None:
                 await _close(ps)

@@ -80,6 +80,10 @@ class QuorumClient(Client):
     each: asked in turn, k silent masters would take k timeouts per round,
     and a renewal could reach the others after their lease ran out."""
 
+    # Deadlock detection's walk (docs/protocol.md 18, "Quorum mode": values
+    # and edges by majority) is not implemented: no walk.
+    _walks = False
+
     def __init__(self, redis_clients: Iterable[Any], prefix: str = "rwlock",
                  lease: float = 30.0, lua_dir: Optional[str] = None,
                  subscribe_timeout: float = 2.0, drift: float = 0.01,

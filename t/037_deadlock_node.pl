@@ -12,6 +12,11 @@
 #     its lock;
 #  d. (a) on a Redis Cluster, its locks and wait keys on different masters:
 #     each hop of the walk goes to the node that serves its key;
+#  e. a cycle of a Node client and a Python client only (each walks): the
+#     Python process (the greater owner id: "py:" > "node:") raises
+#     DeadlockDetected, whoever closes the cycle: itself at its own walk,
+#     or at its next check-in after the Node client's walk marked it
+#     through the Python holder's alias key ("<nonce>@<waiting owner>");
 #  c. a Node waiter in a chain with no cycle (a SQL session waits for A,
 #     which waits for B, which waits for a SQL session that waits for
 #     nothing) for 4 x deadlockTimeout: no DeadlockDetected, no 40P01; all
@@ -194,6 +199,59 @@ for my $case ([ 'a1', 'node:t037:1:aaaa', 'node:t037:2:bbbb' ],
 	$p->{h}->finish;
 	$s->quit;
 	is(join(',', wait_keys()), '', 'b. no wait key left behind');
+}
+
+# ---- e. a cycle of a Node and a Python client ----
+{
+	# The Python holder: as the Node one, its second lock another Lock
+	# object (another owner id, linked as an alias of the first's).
+	my $py = <<'PY';
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import redis
+from rwlock_client import Client, DeadlockDetected
+c = Client(redis.Redis(host="127.0.0.1", port=int(sys.argv[2])), prefix=sys.argv[3],
+           deadlock_timeout=1.0)
+first = c.write_lock(sys.argv[4])
+first.acquire(timeout=10)
+print("holding", first.owner, flush=True)
+while not os.path.exists(sys.argv[6]):
+    time.sleep(0.01)
+t0 = time.monotonic()
+try:
+    c.write_lock(sys.argv[5]).acquire(timeout=10)
+    print("granted %.3f" % (time.monotonic() - t0), flush=True)
+except DeadlockDetected as e:
+    print("deadlock %.3f %s" % (time.monotonic() - t0, e), flush=True)
+first.release()
+print("released", flush=True)
+PY
+	for my $closer ('python', 'node')
+	{
+		my ($x, $y) = ("e${closer}x", "e${closer}y");
+		my %p = (out => '', err => '', go => "$PostgreSQL::Test::Utils::tmp_check/go_$x");
+		unlink $p{go};
+		$p{h} = IPC::Run::start([ '/usr/bin/python3', '-c', $py, "$FindBin::RealBin/../clients/python",
+			$port, $prefix, $x, $y, $p{go} ], '<', \undef, '>', \$p{out}, '2>', \$p{err});
+		my $n = node_holder($y, $x);
+		ok(node_until(\%p, qr/holding/, 15) && node_until($n, qr/holding/, 15), "e ($closer closes). both hold")
+		  or diag "$p{err}$n->{err}";
+		my ($first, $last) = $closer eq 'python' ? ($n, \%p) : (\%p, $n);
+		node_go($first);
+		sleep 0.5;
+		node_go($last);    # the cycle closes
+		my $t0 = time;
+		ok(node_until(\%p, qr/deadlock|granted/, 6), "e ($closer closes). the Python client's wait ended");
+		my $secs = time - $t0;
+		like($p{out}, qr/^deadlock \d/m, "e ($closer closes). the Python client (the greater owner id) raises DeadlockDetected")
+		  or diag "py: $p{out}$p{err}\nnode: $n->{out}$n->{err}";
+		cmp_ok($secs, '<', 3.0, sprintf("e ($closer closes). broken %.3f s after the cycle closed", $secs));
+		ok(node_until($n, qr/granted/, 10), "e ($closer closes). the Node client gets its lock") or diag $n->{out};
+		unlike($n->{out}, qr/deadlock/, "e ($closer closes). and raises nothing");
+		ok(node_until($_, qr/released/, 10), "e ($closer closes). released") for (\%p, $n);
+		$_->{h}->finish for (\%p, $n);
+		is(join(',', wait_keys()), '', "e ($closer closes). no wait key left behind");
+	}
 }
 
 # ---- c. a chain with no cycle ----

@@ -502,6 +502,22 @@ def lost_at_exit(lock: "LockState", exc_type: Any) -> None:
                 lock.name, lock.owner)
 
 
+def release_failed_at_exit(lock: "LockState", exc_type: Any, presumed_lost: bool,
+                           e: BaseException) -> bool:
+    """The end of a with block whose release raised e: what to raise, or
+    False (the block's own error goes on; the release is owed)."""
+    if exc_type is None:
+        if (isinstance(e, redis.exceptions.RedisError) and presumed_lost
+                and lock.raise_on_lost):
+            # Redis unreachable past the lease's end: the hold is lost (and
+            # its release owed), which is what to say.
+            raise LockLost(lock.name, lock.owner) from e
+        raise e
+    log.warning("rwlock: releasing %r failed after an error in its block",
+                lock.name, exc_info=e)
+    return False
+
+
 class Lock(LockState):
     """One holder's read or write lock on one name.
 
@@ -703,23 +719,8 @@ class Lock(LockState):
             presumed_lost = self.lost       # the lease ran out by our clock
             try:
                 held = self.release()
-            except redis.exceptions.RedisError as e:
-                if exc_type is None and presumed_lost and self.raise_on_lost:
-                    # Redis unreachable past the lease's end: the hold is
-                    # lost (and its release owed), which is what to say.
-                    raise LockLost(self.name, self.owner) from e
-                if exc_type is None:
-                    raise
-                log.warning("rwlock: releasing %r failed after an error in its block",
-                            self.name, exc_info=True)
-                return False
-            except BaseException:
-                if exc_type is None:
-                    raise
-                # The block's own error is the one to see; the release is owed.
-                log.warning("rwlock: releasing %r failed after an error in its block",
-                            self.name, exc_info=True)
-                return False
+            except BaseException as e:
+                return release_failed_at_exit(self, exc_type, presumed_lost, e)
             if not held:
                 lost_at_exit(self, exc_type)
         return False

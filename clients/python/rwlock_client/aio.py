@@ -22,8 +22,8 @@ import redis
 import redis.asyncio as aredis
 
 from . import _protocol as p
-from ._protocol import Acquire, LockLost, NotHeld, ProtocolVersionError, Release, Sleep, Subscribe
-from ._sync import BaseClient, LockState, Run, lost_at_exit
+from ._protocol import Acquire, NotHeld, ProtocolVersionError, Release, Sleep, Subscribe
+from ._sync import BaseClient, LockState, Run, lost_at_exit, release_failed_at_exit
 
 log = logging.getLogger("rwlock_client")
 
@@ -348,23 +348,8 @@ class AsyncLock(LockState):
             presumed_lost = self.lost       # the lease ran out by our clock
             try:
                 held = await self.release()
-            except redis.exceptions.RedisError as e:
-                if exc_type is None and presumed_lost and self.raise_on_lost:
-                    # Redis unreachable past the lease's end: the hold is
-                    # lost (and its release owed), which is what to say.
-                    raise LockLost(self.name, self.owner) from e
-                if exc_type is None:
-                    raise
-                log.warning("rwlock: releasing %r failed after an error in its block",
-                            self.name, exc_info=True)
-                return False
-            except BaseException:
-                if exc_type is None:
-                    raise
-                # The block's own error is the one to see; the release is owed.
-                log.warning("rwlock: releasing %r failed after an error in its block",
-                            self.name, exc_info=True)
-                return False
+            except BaseException as e:
+                return release_failed_at_exit(self, exc_type, presumed_lost, e)
             if not held:
                 lost_at_exit(self, exc_type)
         return False

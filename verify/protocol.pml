@@ -516,6 +516,26 @@ inline acquire(S)
 #endif
 				if
 				:: first == NONE ->
+#ifdef F2_GRANT_WAKE
+					/* proposed, not in acquire.lua yet (FINDINGS F2): a read
+					 * granted after the "-" clean-up let go of the caller's
+					 * left-over writer field tells the readers who waited
+					 * for that writer, as its lost release would have */
+					if
+					:: cleaned && lrw >= 2 ->
+						i = 0;
+						do
+						:: i < N ->
+							if
+							:: pc[i] == SLEEP && md[i] == R && i != cc -> msg[i] = 1
+							:: else
+							fi;
+							i++
+						:: else -> break
+						od
+					:: else
+					fi;
+#endif
 					if
 					:: lrw > 0 && S.w == NONE && !waiting -> lrw = 0; S.rw = 0
 					:: else

@@ -269,8 +269,13 @@ if mode == 'r' then
     waiting = false
   end
   -- No writer holds or waits: the readers' marks are moot, and must not start
-  -- a turn at a later writer's release.
-  if rw > 0 and not writer and not waiting then rw = 0; put('rw', false) end
+  -- a turn at a later writer's release. If they waited for the writer field
+  -- the clean-up above dropped, they are told, as its lost release would
+  -- have told them (verify/FINDINGS.md F2-failover).
+  if rw > 0 and not writer and not waiting then
+    if cleaned and rw > now then redis.call('PUBLISH', hash .. ':c', 'r') end
+    rw = 0; put('rw', false)
+  end
   local e = now + lease
   if not g[7] then n = n + 1; put('n', n) end
   -- rm: no reader's lease ends before it, the caller's new one included

@@ -224,7 +224,12 @@ class Lock:
                 if first is not None:
                     return busy(fe)
                 waiting = False
+            told = None
             if L["lrw"] > 0 and S.w is None and not waiting:
+                # the clean-up dropped the writer field the readers waited
+                # for: told as its lost release would have (F2-failover)
+                if cleaned and L["lrw"] >= 2:
+                    told = {"r"}
                 L["lrw"] = 0
                 S.rw = 0
             if not g7:
@@ -235,7 +240,7 @@ class Lock:
             S.r[cc] = TV(LEASE)
             S.m[cc] = 0                 # it waited: in now
             S.commit_z(L["lqe"], L["lrt"], L["lrw"])
-            return ("granted", S.f), None
+            return ("granted", S.f), told
         first, fe, more = None, 0, False
         if L["lqe"] >= 2 and S.w != cc:
             first, fe, more = head()

@@ -516,9 +516,9 @@ inline acquire(S)
 #endif
 				if
 				:: first == NONE ->
-#ifdef F2_GRANT_WAKE
-					/* proposed, not in acquire.lua yet (FINDINGS F2): a read
-					 * granted after the "-" clean-up let go of the caller's
+#ifndef OLD_NO_GRANT_WAKE
+					/* F2-failover (fixed in acquire.lua): a read granted
+					 * after the "-" clean-up let go of the caller's
 					 * left-over writer field tells the readers who waited
 					 * for that writer, as its lost release would have */
 					if

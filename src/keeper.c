@@ -418,12 +418,14 @@ rw_keeper_unpublish(int slot)
 }
 
 /*
- * At exit, before a hold is released in Redis: not renewed any more, but
- * kept, for rw_keeper_orphan if the release does not get through. A new
- * generation drops what a renewal in flight finds.
+ * A hold's exit, in its own slot (owner only). SLOT_EXITING: before its
+ * release is sent at exit, not renewed any more but kept. SLOT_ORPHAN: the
+ * release did not get through, so whoever renews the slot is woken to
+ * release it on the owner's behalf rather than leave it to its lease. A
+ * new generation drops what a renewal in flight finds.
  */
-void
-rw_keeper_exiting(int slot)
+static void
+keeper_set_exit(int slot, uint8 exit)
 {
 	RwSlot	   *s;
 
@@ -433,33 +435,24 @@ rw_keeper_exiting(int slot)
 	s = &shared->slots[slot];
 	if (s->in_use && s->pid == MyProcPid)
 	{
-		s->exit = SLOT_EXITING;
+		s->exit = exit;
 		s->gen = shared->next_gen++;
+		if (exit == SLOT_ORPHAN)
+			keeper_wake_for(s, rw_now_ms());
 	}
 	LWLockRelease(shared->lock);
 }
 
-/*
- * At exit, the hold's release did not get through: whoever renews it
- * releases it now, on behalf of its owner, rather than leave the lock to
- * its lease.
- */
+void
+rw_keeper_exiting(int slot)
+{
+	keeper_set_exit(slot, SLOT_EXITING);
+}
+
 void
 rw_keeper_orphan(int slot)
 {
-	RwSlot	   *s;
-
-	if (shared == NULL || slot < 0)
-		return;
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	s = &shared->slots[slot];
-	if (s->in_use && s->pid == MyProcPid)
-	{
-		s->exit = SLOT_ORPHAN;
-		s->gen = shared->next_gen++;
-		keeper_wake_for(s, rw_now_ms());
-	}
-	LWLockRelease(shared->lock);
+	keeper_set_exit(slot, SLOT_ORPHAN);
 }
 
 /* The strongest mode held at each level, for redis_locks. Owner only. */

@@ -28,6 +28,7 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 use RwlockTest;
+use RwlockWaits;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -366,26 +367,10 @@ SELECT pg_sleep(0.005 * :m);
 COMMIT;
 SQL
 	close $fh;
-	my @runs;
-	for my $n ($n1, $n2)
-	{
-		my %r = (out => '', err => '');
-		# RW_DEADLOCK_RUN="clients-per-server seconds" for a longer run
-		# (issue 29's target: 25 per server, 60 s)
-		my ($clients, $secs) = split ' ', ($ENV{RW_DEADLOCK_RUN} // '10 20');
-		$r{h} = IPC::Run::start([ 'pgbench', '-n', '-c', $clients, '-j', '2', '-T', $secs,
-			'-f', $script, '-h', $n->host, '-p', $n->port, 'postgres' ],
-			'>', \$r{out}, '2>', \$r{err});
-		push @runs, \%r;
-	}
-	for my $r (@runs)
-	{
-		$r->{h}->finish;
-		my ($tx) = $r->{out} =~ /number of transactions actually processed: (\d+)/;
-		my ($failed) = $r->{out} =~ /number of failed transactions: (\d+)/;
-		cmp_ok($tx // 0, '>', 50, '4. pgbench ran transactions (' . ($tx // 0) . ')') or diag "$r->{out}\n$r->{err}";
-		is($r->{err} =~ /ERROR|aborted/ ? $r->{err} : '', '', '4. with no error');
-	}
+	# RW_DEADLOCK_RUN="clients-per-server seconds" for a longer run (issue
+	# 29's target: 25 per server, 60 s)
+	my ($clients, $secs) = split ' ', ($ENV{RW_DEADLOCK_RUN} // '10 20');
+	pgbench_each([ $n1, $n2 ], $script, $clients, $secs, 50, '4.');
 	my $dl = 0;
 	my $waits = 0;
 	for my $n ($n1, $n2)

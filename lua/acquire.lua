@@ -1,26 +1,35 @@
--- rwlock protocol 2: take a read or a write lock, or say how long to wait.
+-- rwlock protocol 3: take a read or a write lock, or say how long to wait.
 --
 -- KEYS[1]  <prefix>:{<name>}    hash: the lock (fields: docs/protocol.md 3.3)
 -- KEYS[2]  <prefix>:{<name>}:q  sorted set: waiting writers, first come first
 --                               served (score: arrival, µs)
--- ARGV[1]  protocol version ("2")
+-- ARGV[1]  protocol version ("3")
 -- ARGV[2]  owner: a string unique to the holder
--- ARGV[3]  "r" or "w"
--- ARGV[4]  lease, ms
--- ARGV[5]  how long a waiting caller's mark lasts, ms; "0" when the caller
+-- ARGV[3]  seq: the request's place in its owner's order, an integer
+--          1 <= seq < 2^53 that grows with every acquire and release the
+--          owner sends (docs/protocol.md 4.1). Field s:<owner> keeps the
+--          newest this lock ran; a request whose seq is not above it is
+--          stale: it changes nothing and is answered with an error reply
+--          that starts RWLOCK_STALE. Otherwise seq becomes s:<owner>,
+--          whatever the answer.
+-- ARGV[4]  "r" or "w"
+-- ARGV[5]  lease, ms
+-- ARGV[6]  how long a waiting caller's mark lasts, ms; "0" when the caller
 --          will not wait. A waiting writer's mark is its place in KEYS[2]
 --          with its intent, field i:<owner>; a waiting reader's is field
 --          m:<owner>, and raises field rw, which gives readers a turn (rt)
 --          when the writer they wait for leaves. release.lua "q" takes
 --          either back.
--- ARGV[6]  keep, ms: the last write token outlives the lock by keep at least
--- ARGV[7]  optional: "r" when the caller holds the read lock (an upgrade),
---          "-" when it holds nothing of the lock: a reader field of its own
---          that Redis still has is then left over from a release Redis lost
---          (a failover) and is dropped, never taken for an upgrade. Absent:
---          the reader field decides, as before. With "r" and "w", a reader
---          field of the caller's that is gone or lapsed is a read lock lost
---          (lease, eviction, restart): the answer is "" and nothing changes.
+-- ARGV[7]  keep, ms: the last write token, and s:<owner>, outlive the lock
+--          by keep at least
+-- ARGV[8]  "r" when the caller holds the read lock (an upgrade), "-" when
+--          it holds nothing of the lock: a field of its own that Redis
+--          still has is then left over from a release Redis lost (a
+--          failover) and is dropped, never taken for an upgrade. With "r"
+--          and "w", a reader field of the caller's that is gone or lapsed
+--          is a read lock lost (lease, eviction, restart): the answer is ""
+--          and nothing else changes. Only the owner's newest request can
+--          say so (ARGV[3]).
 --
 -- Returns an integer token >= 0 when granted (a read grant returns the last
 -- write token, 0 if none is kept); an integer -ms <= -1 when busy, ms being
@@ -29,7 +38,7 @@
 -- <KEYS[1]>:c:<owner>); a string, `other`, when
 -- the caller holds a read lock and wants the write lock while `other`, also a
 -- reader, waits to do the same: one of them must give up; the empty string
--- when the caller upgrades (ARGV[7] "r") a read lock Redis no longer has for
+-- when the caller upgrades (ARGV[8] "r") a read lock Redis no longer has for
 -- it: that read lock was lost. Publishes only when its "-" clean-up let go
 -- of what a lost release should have, to the waiter that may now proceed.
 --
@@ -42,57 +51,108 @@
 -- exact below 2^53. A write token is max(last + 1, TIME in µs): larger
 -- than the last one Redis keeps, and than one a failover lost (section 11 of
 -- docs/protocol.md says when).
-local hash, owner, mode = KEYS[1], ARGV[2], ARGV[3]
+local hash, owner, mode = KEYS[1], ARGV[2], ARGV[4]
+local seq, held = tonumber(ARGV[3]), ARGV[8]
+local skey = 's:' .. owner
 local h, rkey
 if mode == 'r' then
   rkey = 'r:' .. owner
-  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', rkey, 'rm', 'm:' .. owner)
+  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', skey, rkey, 'rm', 'm:' .. owner)
 else
-  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z')
+  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', skey)
 end
 if h[1] and h[1] ~= ARGV[1] then
-  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
-                           ', the caller speaks ' .. ARGV[1])
+  -- A protocol 2 lock that nobody holds or waits for is taken over, its
+  -- last token kept (docs/protocol.md 2.1); any other is refused.
+  local t = h[1] == '2' and not h[2] and not h[4] and h[6] and redis.call('TIME')
+  if h[1] == '2' and not h[2] and not h[4] and
+     (not h[6] or h[6] + 0 <= t[1] * 1000 + t[2] / 1000) then
+    redis.call('HSET', hash, 'v', ARGV[1])
+    redis.call('HDEL', hash, 'z')
+    h[1], h[6] = ARGV[1], nil
+  else
+    return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
+                             ', the caller speaks ' .. ARGV[1])
+  end
+end
+if not seq or seq < 1 then
+  return redis.error_reply('RWLOCK_ARGS seq must be a positive integer, not ' .. ARGV[3])
+end
+if h[7] and seq <= h[7] + 0 then
+  return redis.error_reply('RWLOCK_STALE ' .. hash .. ' request ' .. ARGV[3] .. ' of ' ..
+                           owner .. ' is not newer than ' .. h[7])
+end
+-- A new owner in a hash that has grown by half since its last pruning:
+-- owners that hold and wait for nothing lose their s: fields (prune.lua's
+-- rule, docs/protocol.md 3.4), so the hash stays as large as its users.
+if not h[7] and h[1] then
+  local len = redis.call('HLEN', hash)
+  if len >= 48 then
+    local sp = tonumber(redis.call('HGET', hash, 'sp') or 32)
+    if len >= sp + sp / 2 then
+      local all, live, gone = redis.call('HGETALL', hash), {}, {}
+      for i = 1, #all, 2 do
+        local k, c = all[i], string.sub(all[i], 1, 2)
+        if c == 'r:' or c == 'i:' or c == 'm:' then live[string.sub(k, 3)] = true
+        elseif k == 'w' or k == 'u' then live[all[i + 1]] = true end
+      end
+      for i = 1, #all, 2 do
+        local k = all[i]
+        if string.sub(k, 1, 2) == 's:' and not live[string.sub(k, 3)] then gone[#gone + 1] = k end
+      end
+      for i = 1, #gone, 1000 do
+        redis.call('HDEL', hash, unpack(gone, i, math.min(i + 999, #gone)))
+      end
+      redis.call('HSET', hash, 'sp', len - #gone)
+    end
+  end
+end
+-- The answer to an upgrade whose read lock is gone: recorded, nothing else.
+local function read_lost()
+  redis.call('HSET', hash, skey, seq)
+  if not h[1] then redis.call('HSET', hash, 'v', ARGV[1]) end
+  if redis.call('PTTL', hash) < 0 then redis.call('PEXPIRE', hash, ARGV[7]) end
+  return ''
 end
 
 -- Fast paths: no writer, and nobody waits or has a turn (no z).
 if not h[2] and not h[6] then
   if mode ~= 'r' then
     if not h[4] then                  -- no reader either: the lock is free
-      if ARGV[7] == 'r' then return '' end   -- an upgrade: its read was lost
+      if held == 'r' then return read_lost() end   -- an upgrade: its read was lost
       local t = redis.call('TIME')
       local token = t[1] * 1000000 + t[2]
       if h[3] and h[3] + 1 > token then token = h[3] + 1 end
       if h[5] and h[5] ~= '0' then
-        redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token, 'x', '0')
+        redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token, skey, seq, 'x', '0')
       else
-        redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token)
+        redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token, skey, seq)
       end
-      redis.call('PEXPIRE', hash, ARGV[4])
+      redis.call('PEXPIRE', hash, ARGV[5])
       return token
     end
   else
     local t = redis.call('TIME')
     local us = t[2] + 0
     local now = t[1] * 1000 + (us - us % 1000) / 1000
-    local keep = ARGV[6] + 0
-    local e = now + ARGV[4]
+    local keep = ARGV[7] + 0
+    local e = now + ARGV[5]
     -- The hash lives at least keep past every lease in it: until x.
     local x = (not h[5] or h[5] - keep < e) and e + 2 * keep
     local a
-    if h[7] then                      -- a reader again: a new lease
-      a = {hash, rkey, e}
-      if h[8] and h[8] + 0 > e then a[4] = 'rm'; a[5] = e end   -- a shorter one
+    if h[8] then                      -- a reader again: a new lease
+      a = {hash, skey, seq, rkey, e}
+      if h[9] and h[9] + 0 > e then a[6] = 'rm'; a[7] = e end   -- a shorter one
     elseif h[4] then                  -- rm: no reader's lease ends before it
-      a = {hash, rkey, e, 'n', h[4] + 1}
-      if not h[8] or h[8] + 0 > e then a[6] = 'rm'; a[7] = e end
+      a = {hash, skey, seq, rkey, e, 'n', h[4] + 1}
+      if not h[9] or h[9] + 0 > e then a[8] = 'rm'; a[9] = e end
     else                              -- the first reader
-      a = {hash, 'v', ARGV[1], rkey, e, 'n', 1, 'rm', e}
+      a = {hash, 'v', ARGV[1], skey, seq, rkey, e, 'n', 1, 'rm', e}
     end
     if x then a[#a + 1] = 'x'; a[#a + 1] = x end
     redis.call('HSET', unpack(a))
     if x then redis.call('PEXPIRE', hash, x - now) end
-    if h[9] then redis.call('HDEL', hash, 'm:' .. owner) end   -- it waited: in now
+    if h[10] then redis.call('HDEL', hash, 'm:' .. owner) end   -- it waited: in now
     return h[3] and h[3] + 0 or 0
   end
 end
@@ -105,7 +165,7 @@ local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey, mke
 local t = redis.call('TIME')
 local sec, us = tonumber(t[1]), tonumber(t[2])
 local now = sec * 1000 + math.floor(us / 1000)
-local lease, mark, keep = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local lease, mark, keep = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local writer = h[2]                               -- present: it holds
 local n, rm, x, z = tonumber(h[4] or 0), tonumber(g[1] or 0), tonumber(h[5] or 0), h[6]
 local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
@@ -116,13 +176,14 @@ local myread, myintent = tonumber(g[7] or 0), g[6] and tonumber(g[6])
 -- changes: never granted as if the read had been held throughout. The
 -- caller reports the loss and, if it still wants the lock, asks again
 -- holding nothing ("-").
-if ARGV[7] == 'r' and mode ~= 'r' and writer ~= owner and myread <= now then
-  return ''
+if held == 'r' and mode ~= 'r' and writer ~= owner and myread <= now then
+  return read_lost()
 end
 
 -- Changes to the hash, written at the end by one HSET and one HDEL.
 local upd, ttl = {}, nil
 local function put(k, v) upd[k] = v end          -- v false: delete the field
+put(skey, seq)                                    -- whatever the answer
 local function raise(e)
   -- Without a writer the hash must outlive e by keep (x); with one, it lives
   -- as long as the writer's lease and no longer.
@@ -151,7 +212,7 @@ end
 -- hash), so that it neither passes for an upgrade nor keeps the caller
 -- ahead of waiting writers.
 local cleaned = false                 -- the clean-up below freed the lock
-if ARGV[7] == '-' and g[7] then
+if held == '-' and g[7] then
   redis.call('HDEL', hash, rkey)
   n = n - 1
   put('n', n > 0 and n)
@@ -160,13 +221,13 @@ if ARGV[7] == '-' and g[7] then
   g[7] = false
 end
 -- Nor does a caller holding nothing wait to upgrade.
-if ARGV[7] == '-' and upgrader == owner then upgrader = nil; put('u', false) end
+if held == '-' and upgrader == owner then upgrader = nil; put('u', false) end
 -- Nor does it hold the write lock: a writer field of its own is left over
 -- from a release Redis lost (a failover after it), and goes as that release
 -- would have gone (the last token f stays). Else the caller would be
 -- "granted" the old token again, or a read lock inside the old writer's
 -- hash, which dies with that writer's lease (verify/FINDINGS.md F3).
-if ARGV[7] == '-' and writer == owner then
+if held == '-' and writer == owner then
   writer = nil
   put('w', false)
   ttl = keep                                  -- as its release: f stays for keep

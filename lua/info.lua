@@ -1,7 +1,7 @@
--- rwlock protocol 2: the state of one lock, read-only.
+-- rwlock protocol 3: the state of one lock, read-only.
 --
 -- KEYS     as acquire.lua
--- ARGV[1]  protocol version ("2")
+-- ARGV[1]  protocol version ("3")
 --
 -- Returns {state, token, writer, writer_ms, readers, waiting}: state is "free",
 -- "read" or "write"; token the last write token (0 if none is kept); writer the

@@ -1,8 +1,8 @@
--- rwlock protocol 2: mark a waiting owner as the victim of a deadlock
+-- rwlock protocol 3: mark a waiting owner as the victim of a deadlock
 -- (docs/protocol.md section 18).
 --
 -- KEYS[1]  <prefix>:wait:{<owner>}: what the owner waits for
--- ARGV[1]  protocol version ("2")
+-- ARGV[1]  protocol version ("3")
 -- ARGV[2]  the key's value as the caller read it
 -- ARGV[3]  the cycle, to be reported by the victim
 --

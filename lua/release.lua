@@ -1,13 +1,18 @@
--- rwlock protocol 2: release a lock, keep only its read part, or stop waiting.
+-- rwlock protocol 3: release a lock, keep only its read part, or stop waiting.
 --
 -- KEYS     as acquire.lua
--- ARGV[1]  protocol version ("2")
+-- ARGV[1]  protocol version ("3")
 -- ARGV[2]  owner
--- ARGV[3]  what the owner keeps: "" nothing; "r" a read lock (a writer
+-- ARGV[3]  seq, as in acquire.lua: a release that is not its owner's newest
+--          request here is stale (an RWLOCK_STALE error reply, nothing
+--          changed); else seq becomes s:<owner>, even where the owner held
+--          nothing (the hash is then made, to live keep ms: a request of
+--          the owner's still in flight arrives stale)
+-- ARGV[4]  what the owner keeps: "" nothing; "r" a read lock (a writer
 --          downgrading); "q" everything: it only stops waiting (withdraws
 --          its writer's intent, or its waiting reader's mark)
--- ARGV[4]  lease of the kept read lock, ms
--- ARGV[5]  keep, ms, as in acquire.lua
+-- ARGV[5]  lease of the kept read lock, ms
+-- ARGV[6]  keep, ms, as in acquire.lua
 --
 -- Returns 1 when the owner held what it released, 0 when its hold had already
 -- been lost (lease expired, or the data set was lost). "q" always returns 1.
@@ -23,36 +28,56 @@
 -- READER_TURN_MS): new writers wait until the readers that came in are done
 -- or the turn runs out, so neither side starves.
 local READER_TURN_MS = 100
-local hash, owner, keeps = KEYS[1], ARGV[2], ARGV[3]
+local hash, owner, keeps = KEYS[1], ARGV[2], ARGV[4]
+local seq, skey = tonumber(ARGV[3]), 's:' .. owner
 local rkey = 'r:' .. owner
 
-local h = redis.call('HMGET', hash, 'v', 'w', 'z', rkey, 'n', 'f')
+local h = redis.call('HMGET', hash, 'v', 'w', 'z', rkey, 'n', 'f', skey)
 if h[1] and h[1] ~= ARGV[1] then
-  return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
-                           ', the caller speaks ' .. ARGV[1])
+  -- As in acquire.lua: a free protocol 2 lock is taken over.
+  local t = h[1] == '2' and not h[2] and not h[5] and h[3] and redis.call('TIME')
+  if h[1] == '2' and not h[2] and not h[5] and
+     (not h[3] or h[3] + 0 <= t[1] * 1000 + t[2] / 1000) then
+    redis.call('HSET', hash, 'v', ARGV[1])
+    redis.call('HDEL', hash, 'z')
+    h[1], h[3] = ARGV[1], nil
+  else
+    return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
+                             ', the caller speaks ' .. ARGV[1])
+  end
+end
+if not seq or seq < 1 then
+  return redis.error_reply('RWLOCK_ARGS seq must be a positive integer, not ' .. ARGV[3])
+end
+if h[7] and seq <= h[7] + 0 then
+  return redis.error_reply('RWLOCK_STALE ' .. hash .. ' request ' .. ARGV[3] .. ' of ' ..
+                           owner .. ' is not newer than ' .. h[7])
 end
 
 -- Fast paths: a holder leaves, and nobody waits or has a turn (no z), so
--- nobody is told.
+-- nobody is told. s:<owner> stays, with the hash, for keep at least.
 if keeps == '' and not h[3] then
   if h[2] == owner and not h[4] then
     -- The writer: its lease is the hash's TTL, so it still held the lock.
     -- The hash, and the last token in it, now stays for keep.
     redis.call('HDEL', hash, 'w')
-    redis.call('PEXPIRE', hash, ARGV[5])
+    redis.call('HSET', hash, skey, seq)
+    redis.call('PEXPIRE', hash, ARGV[6])
     return 1
   end
   if h[4] and not h[2] then
-    -- A reader. The hash lives at least keep past its lease (x).
+    -- A reader. The hash lives at least keep past its lease (x); the last
+    -- reader out leaves it for keep.
     local t = redis.call('TIME')
     local held = h[4] - t[1] * 1000 > t[2] / 1000 and 1 or 0
     if h[5] and h[5] + 0 > 1 then
       redis.call('HDEL', hash, rkey)
       redis.call('HINCRBY', hash, 'n', -1)
-    elseif h[6] then
-      redis.call('HDEL', hash, rkey, 'n', 'rm')
+      redis.call('HSET', hash, skey, seq)
     else
-      redis.call('DEL', hash)                 -- only ever read: nothing to keep
+      redis.call('HDEL', hash, rkey, 'n', 'rm', 'x')
+      redis.call('HSET', hash, skey, seq)
+      redis.call('PEXPIRE', hash, ARGV[6])
     end
     return held
   end
@@ -64,13 +89,15 @@ local queue, ikey, mkey = KEYS[2], 'i:' .. owner, 'm:' .. owner
 local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, 'x', mkey)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local keep = tonumber(ARGV[5])
+local keep = tonumber(ARGV[6])
 local writer = h[2]                               -- present: it holds
 local n, rm, x, z = tonumber(h[5] or 0), tonumber(g[1] or 0), tonumber(g[7] or 0), h[3]
 local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
 
 local upd, ttl = {}, nil
 local function put(k, v) upd[k] = v end          -- v false: delete the field
+put(skey, seq)                                    -- whatever it finds
+if not h[1] then put('v', ARGV[1]); ttl = keep end   -- nothing here: a record
 
 local held, changed, left_reader = 0, false, false
 if g[6] then                                      -- withdraw the intent
@@ -123,7 +150,7 @@ else
     changed, left_reader = true, true
   end
   if keeps == 'r' and held == 1 and not writer then
-    local e = now + tonumber(ARGV[4])
+    local e = now + tonumber(ARGV[5])
     put(rkey, e)
     n = n + 1
     if n == 1 or e < rm then rm = e end           -- no reader's lease ends before rm
@@ -198,9 +225,11 @@ if changed and not writer then
   if go then redis.call('PUBLISH', hash .. ':c:' .. go, 'w') end
 end
 
-if free and not h[6] then
-  redis.call('DEL', hash)                         -- only ever read: nothing to keep
-  return held
+if free and not ttl then
+  -- Nobody holds or waits: the hash stays for keep (the last token, the
+  -- owners' s: fields), and no longer.
+  put('x', false)
+  ttl = keep
 end
 -- z: no intent, mark or turn ends after it
 local zz = math.max(qe, rt, rw)

@@ -1,8 +1,8 @@
--- rwlock protocol 2: whom an owner waiting for a lock waits for, read-only
+-- rwlock protocol 3: whom an owner waiting for a lock waits for, read-only
 -- (deadlock detection, docs/protocol.md section 18).
 --
 -- KEYS     as acquire.lua
--- ARGV[1]  protocol version ("2")
+-- ARGV[1]  protocol version ("3")
 -- ARGV[2]  the waiting owner
 -- ARGV[3]  "r" or "w": the mode it waits for
 --

@@ -514,6 +514,7 @@ typedef struct ClusterRenewal
 	RwNode	   *node;
 	RwKeys	  **keys;
 	const char *const *owners;
+	const uint64 *seqs;
 	const int  *lease_ms;
 	int		   *held;
 	int64		started;
@@ -594,6 +595,7 @@ cluster_renew_send(ClusterRenewal *r, bool open_only)
 	bool	   *asking = palloc(sizeof(bool) * Max(n, 1));
 	RwKeys	  **bk = palloc(sizeof(RwKeys *) * Max(n, 1));
 	const char **bo = palloc(sizeof(char *) * Max(n, 1));
+	uint64	   *bs = palloc(sizeof(uint64) * Max(n, 1));
 	int		   *bl = palloc(sizeof(int) * Max(n, 1));
 
 	for (int j = 0; j < n; j++)
@@ -621,6 +623,7 @@ cluster_renew_send(ClusterRenewal *r, bool open_only)
 			b->holds[b->nb] = r->pending[j];
 			bk[b->nb] = r->keys[r->pending[j]];
 			bo[b->nb] = r->owners ? r->owners[r->pending[j]] : NULL;
+			bs[b->nb] = r->owners ? r->seqs[r->pending[j]] : 0;
 			bl[b->nb] = r->lease_ms[r->pending[j]];
 			r->pending[j] = -1;
 			b->nb++;
@@ -630,7 +633,7 @@ cluster_renew_send(ClusterRenewal *r, bool open_only)
 			if (conn[j] == to)
 				conn[j] = NULL;
 		to->asking = ask;
-		if (rw_proto_renew_send(to, bk, r->owners ? bo : NULL, bl, b->nb,
+		if (rw_proto_renew_send(to, bk, r->owners ? bo : NULL, bs, bl, b->nb,
 								&b->rc, &merr))
 		{
 			r->nflight++;
@@ -658,6 +661,7 @@ cluster_renew_send(ClusterRenewal *r, bool open_only)
 	pfree(asking);
 	pfree(bk);
 	pfree(bo);
+	pfree(bs);
 	pfree(bl);
 	pfree(retry);
 	/* A master that refused the connection: the map was reloaded (once a call). */
@@ -772,7 +776,8 @@ cluster_renew_stage(ClusterRenewal *r, bool open_only)
 }
 
 /*
- * Renew n holds of one node, on behalf of owners[i] (NULL: this session's),
+ * Renew n holds of one node, on behalf of owners[i] as of their requests
+ * seqs[i] (NULL owners: this session's, as of its newest request),
  * as rw_proto_renew does: for a cluster, one pipelined batch per master
  * that serves some of them, all sent before any answer is waited for, and
  * those redirected sent again where they go now (see above). held[i] as
@@ -782,16 +787,19 @@ cluster_renew_stage(ClusterRenewal *r, bool open_only)
  */
 bool
 rw_cluster_renew(RwNode *node, RwKeys **keys, const char *const *owners,
-				 const int *lease_ms, int n, int *held, RwError *err)
+				 const uint64 *seqs, const int *lease_ms, int n, int *held,
+				 RwError *err)
 {
 	ClusterRenewal r;
 
 	if (node->cluster == NULL)
-		return rw_proto_renew(&node->cmd, keys, owners, lease_ms, n, held, NULL, err);
+		return rw_proto_renew(&node->cmd, keys, owners, seqs, lease_ms, n,
+							  held, NULL, err);
 	memset(&r, 0, sizeof(r));
 	r.node = node;
 	r.keys = keys;
 	r.owners = owners;
+	r.seqs = seqs;
 	r.lease_ms = lease_ms;
 	r.held = held;
 	r.started = rw_now_ms();

@@ -99,6 +99,10 @@ typedef struct RwSlot
 	TimestampTz acquired;
 	pg_atomic_uint64 renewed;	/* monotonic ms: last renewal sent (or the
 								 * acquisition) */
+	pg_atomic_uint64 seq;		/* the owner's request sequence as of its
+								 * last change to the slot (protocol 3):
+								 * renewals go as of it; a release on the
+								 * owner's behalf takes the next one */
 	char		owner[RW_OWNER_MAX];
 	char		url[RW_SPEC_MAX + 1];	/* the node's spec (url.c) */
 	char		key[RW_KEY_MAX];	/* the lock's hash key; :q follows */
@@ -210,6 +214,7 @@ keeper_shmem_startup(void)
 			s->renewer = -1;
 			s->next_free = i + 1 < rw_max_holds ? i + 1 : -1;
 			pg_atomic_init_u64(&s->renewed, 0);
+			pg_atomic_init_u64(&s->seq, 0);
 		}
 		shared->free_head = 0;
 	}
@@ -392,6 +397,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 	s->token = token;
 	s->lease_ms = lease_ms;
 	pg_atomic_write_u64(&s->renewed, (uint64) renewed_ms);
+	pg_atomic_write_u64(&s->seq, rw_proto_seq_now());
 	keeper_wake_for(s, due);
 	LWLockRelease(shared->lock);
 	return slot;
@@ -436,6 +442,7 @@ keeper_set_exit(int slot, uint8 exit)
 	if (s->in_use && s->pid == MyProcPid)
 	{
 		s->exit = exit;
+		pg_atomic_write_u64(&s->seq, rw_proto_seq_now());
 		s->gen = shared->next_gen++;
 		if (exit == SLOT_ORPHAN)
 			keeper_wake_for(s, rw_now_ms());
@@ -463,6 +470,7 @@ rw_keeper_set_modes(int slot, RwMode session_mode, RwMode xact_mode)
 		return;
 	shared->slots[slot].modes[RW_SESSION] = session_mode;
 	shared->slots[slot].modes[RW_XACT] = xact_mode;
+	pg_atomic_write_u64(&shared->slots[slot].seq, rw_proto_seq_now());
 }
 
 /*
@@ -532,6 +540,7 @@ typedef struct KWork
 	int			pid;
 	int			lease_ms;
 	bool		release;		/* release it (its backend exited), not renew */
+	uint64		seq;			/* the owner's request sequence to send */
 	char	   *owner;
 	char	   *url;
 	RwKeys		keys;
@@ -708,7 +717,7 @@ keeper_release(KWork *w, int64 now)
 	if (k == NULL)
 		return PG_INT64_MAX;
 	k->seen = now;
-	if (!rw_release_as(&k->node, &w->keys, w->owner, &err))
+	if (!rw_release_as(&k->node, &w->keys, w->owner, w->seq, &err))
 		return keeper_retry_later(w, now);
 	if (keeper_free_slot(w, name))
 		elog(LOG, "rwlock keeper released Redis lock \"%s\" of process %d, which exited before its own release got through",
@@ -725,6 +734,7 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 {
 	RwKeys	  **keys = palloc(sizeof(RwKeys *) * n);
 	const char **owners = palloc(sizeof(char *) * n);
+	uint64	   *seqs = palloc(sizeof(uint64) * n);
 	int		   *leases = palloc(sizeof(int) * n);
 	int		   *held = palloc(sizeof(int) * n);
 	int64		sent = rw_now_ms();
@@ -737,9 +747,10 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 	{
 		keys[i] = &work[i].keys;
 		owners[i] = work[i].owner;
+		seqs[i] = work[i].seq;
 		leases[i] = work[i].lease_ms;
 	}
-	ok = rw_quorum_renew(&k->node, keys, owners, leases, n, held, &err);
+	ok = rw_quorum_renew(&k->node, keys, owners, seqs, leases, n, held, &err);
 	now = rw_now_ms();
 	if (!ok)
 	{
@@ -779,7 +790,9 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 			rw_log_later("rwlock keeper found Redis lock \"%s\" of process %d lost at %s: its lease ran out or Redis lost its data",
 						 s->name, s->pid, k->node.ep.display);
 		}
-		else					/* an error reply (logged), or undecided */
+		else					/* an error reply (logged), undecided, or
+								 * stale (a newer request of the owner's
+								 * ran: its slot says so soon) */
 			retry = Min(retry, keeper_retry_later(&work[i], now));
 	}
 	LWLockRelease(shared->lock);
@@ -853,6 +866,9 @@ keeper_cycle(int64 *wake)
 		work[j].pid = s->pid;
 		work[j].lease_ms = s->lease_ms;
 		work[j].release = s->exit != SLOT_LIVE;
+		/* A release as the owner is its newest request: each try a new one. */
+		work[j].seq = work[j].release || BackendPidGetProc(s->pid) == NULL ?
+			pg_atomic_add_fetch_u64(&s->seq, 1) : pg_atomic_read_u64(&s->seq);
 		work[j].owner = pstrdup(s->owner);
 		work[j].url = pstrdup(s->url);
 		work[j].keys.key[0] = pstrdup(s->key);

@@ -22,6 +22,37 @@
 #include "miscadmin.h"
 #include "port.h"
 
+/*
+ * The owner's request sequence (protocol 3, docs/protocol.md 4.1): every
+ * acquire and release this session sends takes the next number, and Redis
+ * keeps the newest it ran per lock (field s:<owner>), so that a request
+ * that arrives after a newer one of ours, on whatever connection and
+ * however late, changes nothing (RWLOCK_STALE). It never goes back: the
+ * owner id is this backend's, and the counter lives as long as it does.
+ * Renewals and fences carry the counter as it is (rw_proto_seq_now): they
+ * are checked, never recorded.
+ */
+static uint64 proto_seq = 0;
+
+uint64
+rw_proto_seq_next(void)
+{
+	return ++proto_seq;
+}
+
+uint64
+rw_proto_seq_now(void)
+{
+	return proto_seq;
+}
+
+/* Whether an error reply is protocol 3's "a newer request of the owner ran". */
+bool
+rw_proto_is_stale(const char *msg)
+{
+	return strncmp(msg, "RWLOCK_STALE", 12) == 0;
+}
+
 /* A string unique to this session, among all servers and over time. */
 const char *
 rw_owner_id(void)
@@ -158,14 +189,15 @@ rw_proto_acquire_send(RwConn *conn, const RwKeys *keys, RwMode mode,
 	 * has and we do not hold (a release lost in a failover) is then dropped,
 	 * not taken for an upgrade.
 	 */
-	const char *args[7] = {RW_PROTOCOL_VERSION, rw_owner_id(),
+	const char *args[8] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->seq,
 		proto_mode_arg(mode), c->lease, c->intent, c->keep,
 	held_mode == RW_READ ? "r" : "-"};
 
+	snprintf(c->seq, sizeof(c->seq), UINT64_FORMAT, rw_proto_seq_next());
 	snprintf(c->lease, sizeof(c->lease), "%d", lease_ms);
 	snprintf(c->intent, sizeof(c->intent), "%d", intent_ms);
 	snprintf(c->keep, sizeof(c->keep), "%d", RW_KEEP_TOKEN_MS);
-	proto_prepare(&c->call, RW_SCRIPT_ACQUIRE, keys, 7, args);
+	proto_prepare(&c->call, RW_SCRIPT_ACQUIRE, keys, 8, args);
 	/* WAIT, if asked for, follows the script in the same round trip. */
 	return rw_script_send(conn, &c->call, 1, rw_wait_replicas, err);
 }
@@ -249,11 +281,12 @@ bool
 rw_proto_fence_send(RwConn *conn, const RwKeys *keys, int64 token,
 					RwAcquireCall *c, RwError *err)
 {
-	const char *args[3] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->lease};
+	const char *args[4] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->seq, c->lease};
 
+	snprintf(c->seq, sizeof(c->seq), UINT64_FORMAT, rw_proto_seq_now());
 	snprintf(c->lease, sizeof(c->lease), INT64_FORMAT, token);
 	rw_script_prepare(&c->call, RW_SCRIPT_FENCE, 1,
-					  (const char *const *) keys->key, keys->len, 3, args);
+					  (const char *const *) keys->key, keys->len, 4, args);
 	return rw_script_send(conn, &c->call, 1, 0, err);
 }
 
@@ -272,18 +305,23 @@ rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err)
 	return rw_proto_release_result(r, err);
 }
 
-/* The arguments of release.lua after its keys; bufs must outlive args. */
+/*
+ * The arguments of release.lua after its keys, for this session's next
+ * request (seq); bufs must outlive args.
+ */
 static void
 proto_release_args(RwKeep keep, int lease_ms, const char **args,
-				   char *lease, char *keeptoken)
+				   char *seq, char *lease, char *keeptoken)
 {
+	snprintf(seq, 24, UINT64_FORMAT, rw_proto_seq_next());
 	snprintf(lease, 16, "%d", lease_ms);
 	snprintf(keeptoken, 16, "%d", RW_KEEP_TOKEN_MS);
 	args[0] = RW_PROTOCOL_VERSION;
 	args[1] = rw_owner_id();
-	args[2] = proto_keep_arg(keep);
-	args[3] = lease;
-	args[4] = keeptoken;
+	args[2] = seq;
+	args[3] = proto_keep_arg(keep);
+	args[4] = lease;
+	args[5] = keeptoken;
 }
 
 /*
@@ -306,22 +344,29 @@ rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep, int lease_ms,
 
 /*
  * Release everything another owner holds of the lock (the keeper, for a
- * session that exited before its own release got through), and wait for
- * the answer: as rw_proto_release. owner must outlive the call.
+ * session that exited before its own release got through) as that owner's
+ * request seq, and wait for the answer: as rw_proto_release. owner must
+ * outlive the call.
  */
 int
 rw_proto_release_as(RwConn *conn, const RwKeys *keys, const char *owner,
-					RwError *err)
+					uint64 seq, RwError *err)
 {
 	RwAcquireCall c;
-	const char *args[5];
+	const char *args[6];
+	int			held;
 
-	proto_release_args(RW_KEEP_NOTHING, 0, args, c.lease, c.keep);
+	proto_release_args(RW_KEEP_NOTHING, 0, args, c.seq, c.lease, c.keep);
 	args[1] = owner;
-	proto_prepare(&c.call, RW_SCRIPT_RELEASE, keys, 5, args);
+	snprintf(c.seq, sizeof(c.seq), UINT64_FORMAT, seq);
+	proto_prepare(&c.call, RW_SCRIPT_RELEASE, keys, 6, args);
 	if (!rw_script_send(conn, &c.call, 1, 0, err))
 		return -1;
-	return rw_proto_collect_held(conn, &c, err);
+	held = rw_proto_collect_held(conn, &c, err);
+	/* A newer request of the owner's ran there: nothing older is left. */
+	if (held < 0 && err->kind == RW_ERR_REPLY && rw_proto_is_stale(err->msg))
+		return 0;
+	return held;
 }
 
 /*
@@ -333,10 +378,10 @@ bool
 rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwKeep keep,
 					  int lease_ms, RwAcquireCall *c, RwError *err)
 {
-	const char *args[5];
+	const char *args[6];
 
-	proto_release_args(keep, lease_ms, args, c->lease, c->keep);
-	proto_prepare(&c->call, RW_SCRIPT_RELEASE, keys, 5, args);
+	proto_release_args(keep, lease_ms, args, c->seq, c->lease, c->keep);
+	proto_prepare(&c->call, RW_SCRIPT_RELEASE, keys, 6, args);
 	return rw_script_send(conn, &c->call, 1, 0, err);
 }
 
@@ -349,13 +394,14 @@ void
 rw_proto_release_append(RwConn *conn, const RwKeys *keys, RwKeep keep,
 						int lease_ms, void *tag)
 {
-	char		lease[16],
+	char		seq[24],
+				lease[16],
 				keeptoken[16];
-	const char *args[5];
+	const char *args[6];
 	RwScriptCall call;
 
-	proto_release_args(keep, lease_ms, args, lease, keeptoken);
-	proto_prepare(&call, RW_SCRIPT_RELEASE, keys, 5, args);
+	proto_release_args(keep, lease_ms, args, seq, lease, keeptoken);
+	proto_prepare(&call, RW_SCRIPT_RELEASE, keys, 6, args);
 	rw_script_append_eval(conn, &call, tag);
 }
 
@@ -388,7 +434,8 @@ rw_proto_is_redirect(const char *msg)
 
 /*
  * Send the renewals of n holds on one connection, pipelined, on behalf of
- * owners[i] (NULL owners: this session's; the keeper renews for others),
+ * owners[i] as of their requests seqs[i] (NULL owners: this session's, as
+ * of its newest request; the keeper renews for others),
  * without reading the answers (rw_proto_renew_collect reads them; a quorum
  * sends to all its members first). *rc keeps the calls until then. False,
  * with *err (and *rc freed), if the connection could not be had or failed.
@@ -396,25 +443,30 @@ rw_proto_is_redirect(const char *msg)
  */
 bool
 rw_proto_renew_send(RwConn *conn, RwKeys **keys, const char *const *owners,
-					const int *lease_ms, int n, RwRenewCall *rc, RwError *err)
+					const uint64 *seqs, const int *lease_ms, int n,
+					RwRenewCall *rc, RwError *err)
 {
 	rc->n = n;
 	rc->calls = palloc(sizeof(RwScriptCall) * n);
 	rc->leases = palloc(16 * n);
+	rc->seqs = palloc(24 * n);
 	snprintf(rc->keeptoken, sizeof(rc->keeptoken), "%d", RW_KEEP_TOKEN_MS);
 	for (int i = 0; i < n; i++)
 	{
-		const char *args[4] = {RW_PROTOCOL_VERSION,
-			owners ? owners[i] : rw_owner_id(),
+		const char *args[5] = {RW_PROTOCOL_VERSION,
+			owners ? owners[i] : rw_owner_id(), rc->seqs + 24 * i,
 		rc->leases + 16 * i, rc->keeptoken};
 
+		snprintf(rc->seqs + 24 * i, 24, UINT64_FORMAT,
+				 owners ? seqs[i] : rw_proto_seq_now());
 		snprintf(rc->leases + 16 * i, 16, "%d", lease_ms[i]);
-		proto_prepare(&rc->calls[i], RW_SCRIPT_RENEW, keys[i], 4, args);
+		proto_prepare(&rc->calls[i], RW_SCRIPT_RENEW, keys[i], 5, args);
 	}
 	if (rw_script_send(conn, rc->calls, n, rw_wait_replicas, err))
 		return true;
 	pfree(rc->calls);
 	pfree(rc->leases);
+	pfree(rc->seqs);
 	return false;
 }
 
@@ -442,7 +494,9 @@ proto_log_unacked(int n, int acks)
 /*
  * Read the answers to rw_proto_renew_send (and free *rc). held[i] becomes 1
  * if hold i is still its owner's (its lease now runs lease_ms[i] from
- * when it was sent), 0 if it was lost, -1 if Redis answered with an error
+ * when it was sent), 0 if it was lost, -3 if it was stale (a newer request
+ * of the owner's on that lock ran since it was sent: no loss, the renewer
+ * asks again as of that request), -1 if Redis answered with an error
  * (logged later, rw_log_later: nothing here may throw); with why, -2 and the answer in why[i] if a cluster redirected
  * it (cluster.c sends it again). renew.lua only extends what the owner
  * still holds, so a renewal that crosses a release never brings the lock
@@ -471,6 +525,8 @@ rw_proto_renew_collect(RwConn *conn, RwRenewCall *rc, int *held, char **why,
 			held[i] = -2;
 			why[i] = pstrdup(r->str);
 		}
+		else if (r->type == REDIS_REPLY_ERROR && rw_proto_is_stale(r->str))
+			held[i] = -3;
 		else if (held[i] < 0)
 			rw_log_later("rwlock: renewing a lease failed: %.200s",
 						 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
@@ -478,6 +534,7 @@ rw_proto_renew_collect(RwConn *conn, RwRenewCall *rc, int *held, char **why,
 	}
 	pfree(rc->calls);
 	pfree(rc->leases);
+	pfree(rc->seqs);
 	pfree(replies);
 	return ok;
 }
@@ -485,11 +542,12 @@ rw_proto_renew_collect(RwConn *conn, RwRenewCall *rc, int *held, char **why,
 /* Renew n holds on one connection: rw_proto_renew_send, then _collect. */
 bool
 rw_proto_renew(RwConn *conn, RwKeys **keys, const char *const *owners,
-			   const int *lease_ms, int n, int *held, char **why, RwError *err)
+			   const uint64 *seqs, const int *lease_ms, int n, int *held,
+			   char **why, RwError *err)
 {
 	RwRenewCall rc;
 
-	return rw_proto_renew_send(conn, keys, owners, lease_ms, n, &rc, err) &&
+	return rw_proto_renew_send(conn, keys, owners, seqs, lease_ms, n, &rc, err) &&
 		rw_proto_renew_collect(conn, &rc, held, why, err);
 }
 

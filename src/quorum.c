@@ -640,7 +640,8 @@ quorum_renew_failed(RwNode *node, int m, const RwError *merr, RwError *err)
  */
 bool
 rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
-				const int *lease_ms, int n, int *held, RwError *err)
+				const uint64 *seqs, const int *lease_ms, int n, int *held,
+				RwError *err)
 {
 	RwQuorum   *q = node->quorum;
 	int		   *yes = palloc0(sizeof(int) * n);
@@ -655,7 +656,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	bool		decided = false;
 
 	if (q == NULL)
-		return rw_cluster_renew(node, keys, owners, lease_ms, n, held, err);
+		return rw_cluster_renew(node, keys, owners, seqs, lease_ms, n, held, err);
 	maj = rw_quorum_majority(node);
 	err->kind = RW_OK;
 	/* Sent to all first, then each answer read (see timing above). */
@@ -674,7 +675,7 @@ rw_quorum_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 				*err = merr;
 			continue;
 		}
-		sent[m] = rw_proto_renew_send(&q->member[m]->cmd, keys, owners,
+		sent[m] = rw_proto_renew_send(&q->member[m]->cmd, keys, owners, seqs,
 									  lease_ms, n, &rcs[m], &merr);
 		if (!sent[m])
 			quorum_renew_failed(node, m, &merr, err);

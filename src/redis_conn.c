@@ -462,7 +462,6 @@ conn_keep_late(RwConn *conn, void *tag, redisReply *reply)
 			MemoryContextAlloc(TopMemoryContext, conn->caplate * sizeof(RwLate));
 	}
 	conn->late[conn->nlate].tag = tag;
-	conn->late[conn->nlate].from = conn->client;
 	conn->late[conn->nlate++].reply = reply;
 }
 
@@ -569,31 +568,6 @@ static bool conn_exchange(RwConn *conn, int nreplies, redisReply **replies,
 						  int64 deadline, const char *limit, int limit_ms,
 						  RwError *err);
 
-/*
- * The connection's CLIENT ID, which lets a release sent again kill this
- * connection first if it is cut off with a command in flight (release.c).
- * A user an ACL refuses it (or a proxy that does not pass it) goes without
- * that protection: said once in the server log.
- */
-static void
-conn_note_client_id(RwConn *conn, redisReply *r)
-{
-	static bool said = false;
-
-	if (r->type == REDIS_REPLY_INTEGER && r->integer > 0)
-	{
-		conn->client.id = r->integer;
-		return;
-	}
-	if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0)
-		return;					/* CLIENT SETNAME's answer says it */
-	if (!said)
-		rw_log_later("rwlock: Redis at %s refused CLIENT ID (%s): a release or acquisition cut off in flight cannot be stopped from running late, after this session takes the lock again; allow +client|id +client|kill",
-					 conn->client.peer,
-					 r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
-	said = true;
-}
-
 /* An error reply in the handshake: credentials refused, or another failure. */
 static bool
 conn_handshake_error(redisReply *r, const char *command, RwError *err)
@@ -610,17 +584,14 @@ conn_handshake_error(redisReply *r, const char *command, RwError *err)
 }
 
 /*
- * The maxmemory-policy in a CONFIG GET answer, or in INFO memory's text;
- * NULL if neither says (refused by an ACL, renamed, or another reply).
+ * The maxmemory-policy in INFO memory's text; NULL if it does not say
+ * (refused by an ACL, or another reply).
  */
 static char *
 conn_policy_of(redisReply *r)
 {
 	const char *p;
 
-	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-		r->element[1]->type == REDIS_REPLY_STRING)
-		return pstrdup(r->element[1]->str);
 	if (r->type == REDIS_REPLY_STRING &&
 		(p = strstr(r->str, "maxmemory_policy:")) != NULL)
 	{
@@ -646,29 +617,6 @@ conn_policy_check(const char *policy, RwError *err)
 			  "its maxmemory-policy is %s: it may evict lock keys, freeing held locks for others; set maxmemory-policy noeviction",
 			  policy);
 	return false;
-}
-
-/*
- * The maxmemory-policy from INFO memory, for a user that CONFIG GET was
- * refused to. NULL if that is refused too: then nothing can be known, and
- * the connection is used (the README says which permissions the check
- * needs). False, with *err, if the exchange failed.
- */
-static bool
-conn_policy_from_info(RwConn *conn, int64 deadline, char **policy,
-					  RwError *err)
-{
-	const char *argv[2] = {"INFO", "memory"};
-	redisReply *r;
-
-	*policy = NULL;
-	rw_append(conn, 2, argv, NULL, NULL);
-	if (!conn_exchange(conn, 1, &r, deadline, "rwlock.connect_timeout",
-					   rw_connect_timeout_ms, err))
-		return false;
-	*policy = conn_policy_of(r);
-	freeReplyObject(r);
-	return true;
 }
 
 /* Whether a ROLE answer says master; false with *err if it does not. */
@@ -733,7 +681,7 @@ conn_role_before_auth(RwConn *conn, int64 deadline, bool *checked,
  *
  * A command connection to a Redis that serves locks also checks, in the
  * same round trip, that it may (SPEC 13): its maxmemory-policy must be
- * noeviction (CONFIG GET, or INFO memory if an ACL refuses CONFIG), and a
+ * noeviction (INFO memory: no right to read the configuration), and a
  * session's user must be allowed to publish on the lock channels of its
  * rwlock.key_prefix (a PUBLISH to "<prefix>:{}:c", a channel no waiter
  * listens on: no lock has an empty name). Without that permission every
@@ -754,7 +702,6 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 	char		namebuf[64];
 	char	   *probe = NULL;
 	char	   *policy = NULL;
-	bool		policy_asked = false;
 	bool		fit_check = !ep->is_sentinel && !conn->is_subscriber;
 	bool		role_checked = false;
 	int			n = 0;
@@ -788,13 +735,6 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 		rw_append(conn, 3, argv, NULL, NULL);
 		commands[n++] = "CLIENT SETNAME";
 	}
-	if (fit_check)
-	{
-		const char *argv[2] = {"CLIENT", "ID"};
-
-		rw_append(conn, 2, argv, NULL, NULL);
-		commands[n++] = "CLIENT ID";
-	}
 	if (ep->sentinel && !role_checked)
 	{
 		const char *argv[1] = {"ROLE"};
@@ -804,10 +744,10 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 	}
 	if (fit_check)
 	{
-		const char *argv[3] = {"CONFIG", "GET", "maxmemory-policy"};
+		const char *argv[2] = {"INFO", "memory"};
 
-		rw_append(conn, 3, argv, NULL, NULL);
-		commands[n++] = "CONFIG GET";
+		rw_append(conn, 2, argv, NULL, NULL);
+		commands[n++] = "INFO";
 	}
 	if (fit_check && !IsBackgroundWorker)
 	{
@@ -843,14 +783,8 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 
 		if (!ok)
 			;
-		else if (strcmp(commands[i], "CLIENT ID") == 0)
-			conn_note_client_id(conn, r);
-		else if (strcmp(commands[i], "CONFIG GET") == 0)
-		{
-			/* Refused (an ACL, a renamed CONFIG): INFO is asked below. */
-			policy = conn_policy_of(r);
-			policy_asked = policy != NULL;
-		}
+		else if (strcmp(commands[i], "INFO") == 0)
+			policy = conn_policy_of(r);	/* refused: nothing known, used */
 		else if ((strcmp(commands[i], "PUBLISH") == 0 ||
 				  strcmp(commands[i], "SUBSCRIBE") == 0) &&
 				 r->type == REDIS_REPLY_ERROR &&
@@ -884,8 +818,6 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 			ok = conn_role_is_master(ep, r, err);
 		freeReplyObject(r);
 	}
-	if (ok && fit_check && !policy_asked)
-		ok = conn_policy_from_info(conn, deadline, &policy, err);
 	if (ok && fit_check)
 		ok = conn_policy_check(policy, err);
 	if (policy)
@@ -895,28 +827,6 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 	if (!ok)
 		rw_conn_close(conn);
 	return ok;
-}
-
-/*
- * A new connection is made to addr: until the handshake asks its CLIENT ID,
- * its id is unknown; the address says which server an id belongs to.
- */
-static void
-conn_note_peer(RwConn *conn, int family, const struct sockaddr *addr,
-			   socklen_t addrlen)
-{
-	char		host[NI_MAXHOST];
-	char		serv[NI_MAXSERV];
-
-	conn->client.id = 0;
-	if (family == AF_UNIX)
-		strlcpy(conn->client.peer, ((const struct sockaddr_un *) addr)->sun_path,
-				sizeof(conn->client.peer));
-	else if (getnameinfo(addr, addrlen, host, sizeof(host), serv, sizeof(serv),
-						 NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-		snprintf(conn->client.peer, sizeof(conn->client.peer), "%s:%s", host, serv);
-	else
-		conn->client.peer[0] = '\0';	/* no kill will match it */
 }
 
 /*
@@ -947,7 +857,6 @@ conn_socket(RwConn *conn, int family, const struct sockaddr *addr,
 	}
 	conn->ctx = redisConnectFd(fd);
 	conn->opens++;
-	conn_note_peer(conn, family, addr, addrlen);
 	if (conn->ctx == NULL)
 	{
 		close(fd);

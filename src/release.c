@@ -26,16 +26,12 @@
  * release, or an acquisition, whose connection we closed at a timeout) may
  * still reach Redis later on the old connection (its bytes delayed in the
  * network, a partition that heals, a proxy), after the release sent again
- * and the next grant on the new one: a release would free the new hold
- * while the session believes it holds (another session could take it), an
- * acquisition would grant a hold nobody knows of. So the record remembers
- * the connection cut off (its CLIENT ID and the server's address,
- * RwClientId), and is sent again behind a CLIENT KILL ID of it, on the new
- * connection to the same server only (client ids are per server): Redis
- * runs the kill first, which closes the old connection and drops its unread
- * input; its late bytes then find no connection. The kill's answer is
- * discarded ("No such client" when it closed already). A user an ACL
- * refuses CLIENT ID goes without (redis_conn.c logs it once).
+ * and the next grant on the new one. Protocol 3 makes it harmless there:
+ * each request carries the owner's next sequence number (protocol.c), the
+ * release sent again a newer one than the command cut off, and Redis runs
+ * a request older than the newest of its owner's it ran on that lock as a
+ * no-op (RWLOCK_STALE). No connection is killed, and no right to kill one
+ * is needed.
  *
  * Releases whose answer nobody waits for (at transaction end, at exit, by
  * redis_unlock_all and DISCARD ALL) are sent as EVAL, with the script's body
@@ -61,9 +57,6 @@
 #include "storage/ipc.h"
 #include "utils/memutils.h"
 
-/* Connections remembered per record; the oldest is forgotten past that. */
-#define RW_STALE_MAX 4
-
 typedef struct RwOwed
 {
 	RwNode	   *node;
@@ -76,9 +69,6 @@ typedef struct RwOwed
 	RwConn	   *conn;			/* node->cmd, or a cluster's or quorum's
 								 * member's */
 	bool		warn_if_lost;	/* a hold the session believed held */
-	int			nstale;
-	RwClientId	stale[RW_STALE_MAX];	/* connections cut off with it (or
-										 * an acquisition) in flight */
 	struct RwOwed *next;
 } RwOwed;
 
@@ -163,32 +153,9 @@ release_find_unsent(RwNode *node, int ix, const char *name)
 	return NULL;
 }
 
-/*
- * Remember that a connection was cut off with a command of this record's
- * name in flight: it is killed before the record is sent again. An unknown
- * id (0) is no use; the oldest is forgotten when there are too many.
- */
-static void
-release_note_stale(RwOwed *rec, const RwClientId *from)
-{
-	if (from == NULL || from->id == 0)
-		return;
-	for (int i = 0; i < rec->nstale; i++)
-		if (rec->stale[i].id == from->id &&
-			strcmp(rec->stale[i].peer, from->peer) == 0)
-			return;
-	if (rec->nstale == RW_STALE_MAX)
-	{
-		memmove(rec->stale, rec->stale + 1,
-				(RW_STALE_MAX - 1) * sizeof(RwClientId));
-		rec->nstale--;
-	}
-	rec->stale[rec->nstale++] = *from;
-}
-
 static void
 release_owe_one(RwNode *node, int ix, const char *name, const RwKeys *keys,
-				RwKeep keep, int lease_ms, const RwClientId *from)
+				RwKeep keep, int lease_ms)
 {
 	RwOwed	   *rec = release_find_unsent(node, ix, name);
 
@@ -199,7 +166,6 @@ release_owe_one(RwNode *node, int ix, const char *name, const RwKeys *keys,
 		rec->keep = keep;
 		rec->lease_ms = lease_ms;
 	}
-	release_note_stale(rec, from);
 }
 
 /*
@@ -207,13 +173,12 @@ release_owe_one(RwNode *node, int ix, const char *name, const RwKeys *keys,
  * have granted the lock was cut off. One unsent record per name (per
  * member): the one that lets go of more wins (nothing kept < a read lock
  * kept < only the intent withdrawn). ix: a quorum's member, or -1 for all
- * of them (or the node that is no quorum). cut_off: the command went out
- * on the connection that serves the name (which a failure closed), and
- * may run late: that connection is killed before the release is sent.
+ * of them (or the node that is no quorum). A command cut off that runs
+ * late, after the release, is stale by then (protocol 3).
  */
 void
 rw_release_owe(RwNode *node, int ix, const char *name, const RwKeys *keys,
-			   RwKeep keep, int lease_ms, bool cut_off)
+			   RwKeep keep, int lease_ms)
 {
 	int			ixs[RW_QUORUM_MAX];
 	int			n = ix >= 0 ? 1 : release_targets(node, ixs);
@@ -221,8 +186,7 @@ rw_release_owe(RwNode *node, int ix, const char *name, const RwKeys *keys,
 	if (ix >= 0)
 		ixs[0] = ix;
 	for (int i = 0; i < n; i++)
-		release_owe_one(node, ixs[i], name, keys, keep, lease_ms,
-						cut_off ? &release_conn(node, ixs[i], keys)->client : NULL);
+		release_owe_one(node, ixs[i], name, keys, keep, lease_ms);
 }
 
 /* Why a quorum's member was not asked: it failed a moment ago. */
@@ -234,24 +198,12 @@ release_not_asked(RwError *err)
 }
 
 /*
- * Queue a record's release, tagged with it, on an open connection: behind
- * a CLIENT KILL of each connection to this server that was cut off with a
- * command of the name in flight, whose answers nobody reads.
+ * Queue a record's release, tagged with it, on an open connection, as this
+ * session's newest request (a new seq each time it is sent).
  */
 static void
 release_append(RwOwed *rec, RwConn *conn)
 {
-	for (int i = 0; i < rec->nstale; i++)
-	{
-		char		id[24];
-		const char *argv[4] = {"CLIENT", "KILL", "ID", id};
-
-		if (rec->stale[i].id == conn->client.id ||
-			strcmp(rec->stale[i].peer, conn->client.peer) != 0)
-			continue;
-		snprintf(id, sizeof(id), INT64_FORMAT, rec->stale[i].id);
-		rw_append(conn, 4, argv, NULL, RW_TAG_DISCARD);
-	}
 	rw_proto_release_append(conn, &rec->keys, rec->keep, rec->lease_ms, rec);
 	rec->sent = true;
 	rec->conn = conn;
@@ -330,7 +282,7 @@ rw_note_release_failed(const char *name, const RwError *err)
  * is dropped or kept.
  */
 static void
-release_answered(RwOwed *rec, redisReply *reply, const RwClientId *from)
+release_answered(RwOwed *rec, redisReply *reply)
 {
 	RwError		err;
 	int			held;
@@ -339,12 +291,12 @@ release_answered(RwOwed *rec, redisReply *reply, const RwClientId *from)
 	{
 		/*
 		 * The connection closed first: it may or may not have run, or run
-		 * later still (killed first when sent again). Sent again, it may
-		 * find the lock released by its first run: not a loss.
+		 * later still (stale by then: it is sent again as a newer
+		 * request). Sent again, it may find the lock released by its first
+		 * run: not a loss.
 		 */
 		rec->sent = false;
 		rec->warn_if_lost = false;
-		release_note_stale(rec, from);
 		return;
 	}
 	if (reply->type == REDIS_REPLY_ERROR && rw_proto_is_redirect(reply->str))
@@ -381,7 +333,7 @@ release_read_conn(RwConn *conn)
 	int			n = rw_take_late(conn, &late);
 
 	for (int i = 0; i < n; i++)
-		release_answered((RwOwed *) late[i].tag, late[i].reply, &late[i].from);
+		release_answered((RwOwed *) late[i].tag, late[i].reply);
 	if (late)
 		pfree(late);
 }
@@ -489,7 +441,7 @@ release_now_members(RwNode *node, const char *name, const RwKeys *keys,
 		if (held[i] == -3)
 		{
 			held[i] = -1;
-			release_owe_one(node, i, name, keys, keep, lease_ms, NULL);
+			release_owe_one(node, i, name, keys, keep, lease_ms);
 			continue;
 		}
 		if (held[i] == -2)
@@ -499,9 +451,7 @@ release_now_members(RwNode *node, const char *name, const RwKeys *keys,
 			continue;
 		rw_quorum_failed(node, i, &errs[i]);
 		if (errs[i].kind != RW_ERR_REPLY)
-			release_owe_one(node, i, name, keys, keep, lease_ms,
-							errs[i].maybe_sent ?
-							&rw_quorum_member(node, i)->cmd.client : NULL);
+			release_owe_one(node, i, name, keys, keep, lease_ms);
 	}
 	rw_conn_restore(cap);
 }
@@ -540,8 +490,7 @@ rw_release_now(RwNode *node, const char *name, const RwKeys *keys,
 									   lease_ms, err);
 		} while (one < 0 && rw_cluster_redirected(node, err, started));
 		if (one < 0 && err->kind != RW_ERR_REPLY)
-			release_owe_one(node, -1, name, keys, keep, lease_ms,
-							err->maybe_sent ? &rw_cluster_cmd(node, keys)->client : NULL);
+			release_owe_one(node, -1, name, keys, keep, lease_ms);
 		return one;
 	}
 	release_now_members(node, name, keys, keep, lease_ms, held, errs);
@@ -853,7 +802,8 @@ rw_release_went_out(RwNode *node, const char *name)
  * whatever it found. Never throws.
  */
 bool
-rw_release_as(RwNode *node, const RwKeys *keys, const char *owner, RwError *err)
+rw_release_as(RwNode *node, const RwKeys *keys, const char *owner,
+			  uint64 seq, RwError *err)
 {
 	int			n = rw_quorum_size(node);
 	int			done = 0;
@@ -863,7 +813,7 @@ rw_release_as(RwNode *node, const RwKeys *keys, const char *owner, RwError *err)
 		RwConn	   *conn = rw_cluster_cmd(node, keys);
 
 		return rw_conn_ensure(conn, err) &&
-			rw_proto_release_as(conn, keys, owner, err) >= 0;
+			rw_proto_release_as(conn, keys, owner, seq, err) >= 0;
 	}
 	for (int i = 0; i < n; i++)
 	{
@@ -873,7 +823,7 @@ rw_release_as(RwNode *node, const RwKeys *keys, const char *owner, RwError *err)
 		if (!rw_quorum_may_ask(node, i))
 			continue;
 		if (rw_conn_ensure(conn, &merr) &&
-			rw_proto_release_as(conn, keys, owner, &merr) >= 0)
+			rw_proto_release_as(conn, keys, owner, seq, &merr) >= 0)
 			done++;
 		else
 		{

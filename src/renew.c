@@ -64,7 +64,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 		keys[i] = &due[i]->keys;
 		lease[i] = due[i]->lease_ms;
 	}
-	if (!rw_quorum_renew(node, keys, NULL, lease, n, held, &err))
+	if (!rw_quorum_renew(node, keys, NULL, NULL, lease, n, held, &err))
 	{
 		node->renew_retry_ms = rw_now_ms() + renew_retry_pause();
 		rw_renew_scheduled(node->renew_retry_ms, 0);

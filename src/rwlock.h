@@ -79,7 +79,7 @@
 #include "fmgr.h"
 #include "storage/latch.h"
 
-#define RW_PROTOCOL_VERSION "2"
+#define RW_PROTOCOL_VERSION "3"
 #define RW_NAME_MAX			1024	/* bytes of a lock name */
 #define RW_PREFIX_MAX		64		/* bytes of rwlock.key_prefix */
 #define RW_URL_MAX			1024	/* bytes of rwlock.redis_url */
@@ -258,29 +258,15 @@ typedef struct RwError
 } RwError;
 
 /*
- * A connection as its server knows it: CLIENT ID (0: unknown, the user may
- * not ask) and the server's address it was connected to ("host:port", or
- * the unix socket's path). Client ids are per server: a CLIENT KILL ID goes
- * to the same address only (release.c).
- */
-#define RW_PEER_MAX 80
-typedef struct RwClientId
-{
-	int64		id;
-	char		peer[RW_PEER_MAX];
-} RwClientId;
-
-/*
  * A reply to a command sent with a tag (rw_append with tag != NULL), read
  * later. reply is NULL when the connection closed before it arrived: the
  * command may or may not have run, or run later still (its bytes in
- * flight): from says which connection to kill first (release.c).
+ * flight), when protocol 3 makes it stale (release.c).
  */
 typedef struct RwLate
 {
 	void	   *tag;
 	redisReply *reply;
-	RwClientId	from;
 } RwLate;
 
 /*
@@ -305,8 +291,6 @@ typedef struct RwConn
 	uint64		opens;			/* connections made so far (quorum.c checks
 								 * each new one's Redis for a restart) */
 	uint64		addr_gen;		/* the node's ep.addr_gen it connected at */
-	RwClientId	client;			/* this connection's id on its server; kept
-								 * after it closes (the last one's) */
 	uint64		failed_call;	/* the call whose connection attempt failed */
 	RwError		failed_err;		/* ... and why */
 	void	  **owed;			/* tags of commands whose replies are due */
@@ -406,7 +390,7 @@ typedef struct RwScript
 
 extern const RwScript rw_scripts[RW_NSCRIPTS];	/* generated */
 
-#define RW_SCRIPT_MAXARGS 12
+#define RW_SCRIPT_MAXARGS 14
 
 /* One script call, as EVALSHA; rw_script_run turns it into EVAL if need be. */
 typedef struct RwScriptCall
@@ -479,11 +463,15 @@ typedef struct RwLockInfo
 typedef struct RwAcquireCall
 {
 	RwScriptCall call;
+	char		seq[24];		/* the owner's request sequence number */
 	char		lease[24];		/* fence.lua: the token */
 	char		intent[16];
 	char		keep[16];
 } RwAcquireCall;
 
+extern uint64 rw_proto_seq_next(void);
+extern uint64 rw_proto_seq_now(void);
+extern bool rw_proto_is_stale(const char *msg);
 extern const char *rw_owner_id(void);
 extern void rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 						  MemoryContext cxt);
@@ -506,7 +494,7 @@ extern int	rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err);
 extern bool rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwKeep keep,
 								  int lease_ms, RwAcquireCall *c, RwError *err);
 extern int	rw_proto_release_as(RwConn *conn, const RwKeys *keys,
-								const char *owner, RwError *err);
+								const char *owner, uint64 seq, RwError *err);
 extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep,
 							 int lease_ms, RwError *err);
 extern void rw_proto_release_append(RwConn *conn, const RwKeys *keys,
@@ -519,17 +507,20 @@ typedef struct RwRenewCall
 	int			n;
 	RwScriptCall *calls;
 	char	   *leases;
+	char	   *seqs;
 	char		keeptoken[16];
 } RwRenewCall;
 
 extern bool rw_proto_renew_send(RwConn *conn, RwKeys **keys,
-								const char *const *owners, const int *lease_ms,
-								int n, RwRenewCall *rc, RwError *err);
+								const char *const *owners, const uint64 *seqs,
+								const int *lease_ms, int n, RwRenewCall *rc,
+								RwError *err);
 extern bool rw_proto_renew_collect(RwConn *conn, RwRenewCall *rc, int *held,
 								   char **why, RwError *err);
 extern bool rw_proto_renew(RwConn *conn, RwKeys **keys,
-						   const char *const *owners, const int *lease_ms,
-						   int n, int *held, char **why, RwError *err);
+						   const char *const *owners, const uint64 *seqs,
+						   const int *lease_ms, int n, int *held, char **why,
+						   RwError *err);
 extern bool rw_proto_info(RwConn *conn, const RwKeys *keys, RwLockInfo *info,
 						  RwError *err);
 extern bool rw_proto_info_send(RwConn *conn, const RwKeys *keys,
@@ -644,8 +635,9 @@ extern RwNode *rw_cluster_node_of(RwNode *node, const RwKeys *keys);
 extern void rw_cluster_note_redirect(RwNode *node, const char *msg);
 extern bool rw_cluster_redirected(RwNode *node, RwError *err, int64 started);
 extern bool rw_cluster_renew(RwNode *node, RwKeys **keys,
-							 const char *const *owners, const int *lease_ms,
-							 int n, int *held, RwError *err);
+							 const char *const *owners, const uint64 *seqs,
+							 const int *lease_ms, int n, int *held,
+							 RwError *err);
 
 /* ---- quorum.c ---- */
 
@@ -685,8 +677,9 @@ extern RwAcquireStatus rw_quorum_acquire(RwNode *node, const RwKeys *keys,
 										 char **other, bool *split,
 										 RwError *err);
 extern bool rw_quorum_renew(RwNode *node, RwKeys **keys,
-							const char *const *owners, const int *lease_ms,
-							int n, int *held, RwError *err);
+							const char *const *owners, const uint64 *seqs,
+							const int *lease_ms, int n, int *held,
+							RwError *err);
 
 /* ---- holds.c ---- */
 
@@ -755,8 +748,7 @@ extern int	rw_release_now(RwNode *node, const char *name, const RwKeys *keys,
 extern void rw_release_later(RwNode *node, const char *name,
 							 const RwKeys *keys, RwKeep keep, int lease_ms);
 extern void rw_release_owe(RwNode *node, int ix, const char *name,
-						   const RwKeys *keys, RwKeep keep, int lease_ms,
-						   bool cut_off);
+						   const RwKeys *keys, RwKeep keep, int lease_ms);
 extern void rw_release_flush(void);
 extern void rw_release_send_owed(RwNode *node);
 extern void rw_release_granted(RwNode *node, const char *name);
@@ -768,7 +760,7 @@ extern bool rw_release_await(RwError *err);
 extern void rw_release_at_exit(void);
 extern bool rw_release_went_out(RwNode *node, const char *name);
 extern bool rw_release_as(RwNode *node, const RwKeys *keys, const char *owner,
-						  RwError *err);
+						  uint64 seq, RwError *err);
 extern void rw_note_release_failed(const char *name, const RwError *err);
 
 /* ---- waiting.c ---- */

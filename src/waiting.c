@@ -528,8 +528,7 @@ wait_try_quorum(RwNode *node, const RwKeys *keys, const char *name,
 		if (votes[i].status == RW_GRANTED ||
 			(votes[i].status == RW_ACQ_FAILED && votes[i].err.maybe_sent))
 		{
-			rw_release_owe(node, i, name, keys, undo, rw_quorum_lease(node),
-						   votes[i].status == RW_ACQ_FAILED);
+			rw_release_owe(node, i, name, keys, undo, rw_quorum_lease(node));
 			owes = true;
 		}
 		else if (*split && votes[i].status == RW_BUSY && mode == RW_WRITE &&
@@ -542,7 +541,7 @@ wait_try_quorum(RwNode *node, const RwKeys *keys, const char *name,
 			 * again. All places are given up; the random pause decides who
 			 * queues first next time.
 			 */
-			rw_release_owe(node, i, name, keys, RW_KEEP_ALL, 0, false);
+			rw_release_owe(node, i, name, keys, RW_KEEP_ALL, 0);
 			owes = true;
 		}
 	}
@@ -658,7 +657,7 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			if (err.maybe_sent)
 				rw_release_owe(node, -1, name, keys,
 							   held_mode == RW_READ ? RW_KEEP_READ : RW_KEEP_NOTHING,
-							   rw_quorum_lease(node), true);
+							   rw_quorum_lease(node));
 			/*
 			 * An error, unless a waiter may try again, or the wait's end has
 			 * come (which cut the try short, or will end the wait anyway).

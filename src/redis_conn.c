@@ -602,6 +602,29 @@ conn_policy_of(redisReply *r)
 }
 
 /*
+ * The maxmemory-policy from the handshake's INFO memory. A user refused
+ * INFO (it is in Redis's @dangerous category, which the documented ACL
+ * line leaves out) cannot be checked: said once in the server log, and the
+ * connection is used (docs/connecting.md).
+ */
+static char *
+conn_policy_info(RwConn *conn, redisReply *r)
+{
+	static bool said = false;
+	char	   *policy = conn_policy_of(r);
+
+	if (policy == NULL && !said && !(r->type == REDIS_REPLY_ERROR &&
+									 strncmp(r->str, "NOAUTH", 6) == 0))
+	{
+		rw_log_later("rwlock: Redis at %s refused INFO (%.200s): its maxmemory-policy cannot be checked; grant the lock user +info, or make sure it is noeviction",
+					 conn->node->ep.display,
+					 r->type == REDIS_REPLY_ERROR ? r->str : "no maxmemory_policy line");
+		said = true;
+	}
+	return policy;
+}
+
+/*
  * Whether a Redis with this maxmemory-policy may serve locks: only
  * noeviction. Any other policy evicts keys once maxmemory is reached, and a
  * lock hash carries a TTL, so volatile-* policies take lock keys first. It
@@ -784,7 +807,7 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 		if (!ok)
 			;
 		else if (strcmp(commands[i], "INFO") == 0)
-			policy = conn_policy_of(r);	/* refused: nothing known, used */
+			policy = conn_policy_info(conn, r);
 		else if ((strcmp(commands[i], "PUBLISH") == 0 ||
 				  strcmp(commands[i], "SUBSCRIBE") == 0) &&
 				 r->type == REDIS_REPLY_ERROR &&

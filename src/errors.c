@@ -53,13 +53,24 @@ conn_is_version_clash(const RwError *err)
 		strncmp(err->msg, "RWLOCK_VERSION ", 15) == 0;
 }
 
+/*
+ * Whether Redis ran a newer request of this session's owner id on the lock
+ * before this one (protocol 3's RWLOCK_STALE): this session's requests go
+ * one at a time, so another process uses its owner id.
+ */
+static bool
+conn_is_stale(const RwError *err)
+{
+	return err->kind == RW_ERR_REPLY && rw_proto_is_stale(err->msg);
+}
+
 /* The SQLSTATE of an error: what rw_raise raises, and warnings say. */
 int
 rw_error_sqlstate(const RwError *err)
 {
 	if (conn_is_noperm(err))
 		return ERRCODE_INSUFFICIENT_PRIVILEGE;
-	if (conn_is_version_clash(err))
+	if (conn_is_version_clash(err) || conn_is_stale(err))
 		return ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
 	switch (err->kind)
 	{
@@ -117,6 +128,14 @@ rw_raise(RwConn *conn, const RwError *err)
 				 logged ? errdetail_log("%s", logged) : 0,
 				 errhint("Every client sharing a lock must speak the same protocol version (this server speaks %s): upgrade the other one, or let its locks expire.",
 						 RW_PROTOCOL_VERSION)));
+	if (conn_is_stale(err))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s had already run a newer request of this session's owner id on the lock", where),
+				 errdetail("%s", err->msg),
+				 logged ? errdetail_log("%s", logged) : 0,
+				 errhint("Another process uses this session's owner id (%s): owner ids must be unique.",
+						 rw_owner_id())));
 	switch (err->kind)
 	{
 		case RW_ERR_UNFIT:

@@ -12,8 +12,28 @@ redis_start "$PORT" "$DIR" || exit 1
 
 pass=0 fail=0
 K='rw:{a} rw:{a}:q'
-V=2                      # the protocol version these scripts speak
-run() { local s=$1; shift; redis-cli -p "$PORT" --eval "lua/$s.lua" $K , "$@" | tr '\n' ' ' | sed 's/ $//'; }
+V=3                      # the protocol version these scripts speak
+# seq: each acquire and release takes the next request number (one counter
+# for every owner here, kept in database 1, so it survives subshells and
+# never goes back per owner); a renewal or fence goes as of the newest.
+seqarg() {
+  case $1 in
+    acquire|release) redis-cli -p "$PORT" -n 1 incr seq ;;
+    renew|fence) redis-cli -p "$PORT" -n 1 get seq ;;
+  esac
+}
+# run SCRIPT VERSION [OWNER ARGS...]: the owner's seq goes after the owner.
+run() {
+  local s=$1 v=$2; shift 2
+  case $s in
+    acquire|release|renew|fence)
+      local o=$1; shift
+      redis-cli -p "$PORT" --eval "lua/$s.lua" $K , "$v" "$o" "$(seqarg "$s")" "$@" ;;
+    *) redis-cli -p "$PORT" --eval "lua/$s.lua" $K , "$v" "$@" ;;
+  esac | tr '\n' ' ' | sed 's/ $//'
+}
+# raw SCRIPT ARGS...: as sent, no seq added (stale requests, by hand).
+raw() { local s=$1; shift; redis-cli -p "$PORT" --eval "lua/$s.lua" $K , "$@" | tr '\n' ' ' | sed 's/ $//'; }
 # Every call below passes the version first: "$V".
 check() {  # description, expected (shell glob), actual
   if [[ "$3" == $2 ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1: expected '$2', got '$3'"; fi
@@ -44,8 +64,9 @@ batch() {
   for c in "$@"; do
     set -- $c
     local sha; sha=$(redis-cli -p "$PORT" script load "$(cat "lua/$1.lua")")
-    shift
-    out+=("EVALSHA $sha 2 $K $V $*")
+    local script=$1 owner=$2
+    shift 2
+    out+=("EVALSHA $sha 2 $K $V $owner $(seqarg "$script") $*")
   done
   printf '%s\n' "${out[@]}" | redis-cli -p "$PORT" --csv | tr ',' ' ' | tr -d '"'
 }
@@ -458,20 +479,83 @@ run release $V d3 q 0 600000 >/dev/null
 check "waits: a withdrawn intent is no wait"         "0"          "$(run waits $V d3 w)"
 for o in d1 d2 d4 d5; do run release $V $o '' 0 600000 >/dev/null; done
 WK='rw:wait:{d3}'
-redis-cli -p "$PORT" set "$WK" "2 w n1 rw:{a}" px 10000 >/dev/null
+redis-cli -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 >/dev/null
 mark() { redis-cli -p "$PORT" --eval lua/mark.lua "$WK" , $V "$@" | tr '\n' ' ' | sed 's/ $//'; }
-check "mark: another wait's value is not marked"     "0"          "$(mark "2 w n0 rw:{a}" "cycle")"
-check "mark: the value read is marked"               "1"          "$(mark "2 w n1 rw:{a}" "cycle")"
-check "mark: the key says so, the cycle after it"    "!2 w n1 rw:{a}*cycle" "$(redis-cli -p "$PORT" get "$WK" | tr '\n' ' ' | sed 's/ $//')"
+check "mark: another wait's value is not marked"     "0"          "$(mark "3 w n0 rw:{a}" "cycle")"
+check "mark: the value read is marked"               "1"          "$(mark "3 w n1 rw:{a}" "cycle")"
+check "mark: the key says so, the cycle after it"    "!3 w n1 rw:{a}*cycle" "$(redis-cli -p "$PORT" get "$WK" | tr '\n' ' ' | sed 's/ $//')"
 check "mark: the time to live is kept"               "yes"        "$([ "$(redis-cli -p "$PORT" pttl "$WK")" -gt 5000 ] && echo yes || echo no)"
-check "mark: the victim sees it in SET ... GET"      "!2 w n1 rw:{a}*" "$(redis-cli -p "$PORT" set "$WK" "2 w n1 rw:{a}" px 10000 get | tr '\n' ' ')"
+check "mark: the victim sees it in SET ... GET"      "!3 w n1 rw:{a}*" "$(redis-cli -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 get | tr '\n' ' ')"
 redis-cli -p "$PORT" del "$WK" >/dev/null
-check "mark: an ended wait is not marked"            "0"          "$(mark "2 w n1 rw:{a}" "cycle")"
+check "mark: an ended wait is not marked"            "0"          "$(mark "3 w n1 rw:{a}" "cycle")"
 check "mark: and nothing is written"                 "0"          "$(redis-cli -p "$PORT" exists "$WK")"
 check "mark: another version is refused"             "*RWLOCK_VERSION*" "$(mark "1 w n1 rw:{a}" "cycle" 2>&1)"
 
 redis-cli -p "$PORT" hset 'rw:{a}' v 1 >/dev/null
-check "protocol version mismatch"        "*RWLOCK_VERSION*is protocol 1*speaks 2*" "$(run acquire $V o7 w 30000 0 600000 2>&1)"
+check "protocol version mismatch"        "*RWLOCK_VERSION*is protocol 1*speaks 3*" "$(run acquire $V o7 w 30000 0 600000 2>&1)"
+
+# Protocol 3: a request that Redis runs after a newer one of the same owner
+# changes nothing and is answered RWLOCK_STALE (docs/protocol.md 4.1).
+hf2() { redis-cli -p "$PORT" hget 'rw:{a}' "$1"; }
+fresh
+# The issue's case: S's older read request, delivered after S's write grant.
+check "stale: S is granted the write lock (seq 20)" "[0-9]*" "$(raw acquire $V S 20 w 30000 2000 600000 -)"
+check "  S's older \"-\" read (seq 19) is stale"  "RWLOCK_STALE*request 19 of S*20*" "$(raw acquire $V S 19 r 30000 0 600000 - 2>&1)"
+check "  S still writes"                        "S 20"       "$(hf2 w) $(hf2 s:S)"
+check "  T's read is busy"                      "-*"         "$(raw acquire $V T 1 r 30000 0 600000 -)"
+check "  a busy answer is recorded too"         "1"          "$(hf2 s:T)"
+check "  T's same request again is stale"       "RWLOCK_STALE*" "$(raw acquire $V T 1 r 30000 0 600000 - 2>&1)"
+check "  S's older release (seq 18) is stale"   "RWLOCK_STALE*" "$(raw release $V S 18 '' 0 600000 2>&1)"
+check "  S still writes, T cannot"              "S -*"       "$(hf2 w) $(raw acquire $V T 2 w 30000 0 600000 -)"
+check "  S's older write try (seq 17): stale, the token stays" "RWLOCK_STALE*" "$(raw acquire $V S 17 w 30000 0 600000 - 2>&1)"
+check "renew as of the newest request: renewed" "1"          "$(raw renew $V S 20 30000 600000)"
+check "renew as of an older one: stale"         "RWLOCK_STALE*renewal 19*" "$(raw renew $V S 19 30000 600000 2>&1)"
+check "  a renewal is not recorded"             "20"         "$(raw renew $V S 25 30000 600000 >/dev/null; hf2 s:S)"
+check "  an acquisition after it is not stale"  "[0-9]*"     "$(raw acquire $V S 21 w 30000 0 600000 -)"
+check "fence as of an older request: stale"     "RWLOCK_STALE*" "$(redis-cli -p "$PORT" --eval lua/fence.lua 'rw:{a}' , $V S 20 5 2>&1)"
+check "S releases (seq 22)"                     "1"          "$(raw release $V S 22 '' 0 600000)"
+check "  its record stays, with the token, for keep" "22 yes" "$(hf2 s:S) $([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 590000 ] && echo yes || echo no)"
+check "  a late acquisition (seq 21) is stale"  "RWLOCK_STALE*" "$(raw acquire $V S 21 r 30000 0 600000 - 2>&1)"
+check "  and nothing is held"                   "free*"      "$(run info $V)"
+check "renew.lua of an owner without a record: 0" "0"        "$(raw renew $V Q 99 30000 600000)"
+# A release owed after a cut-off acquisition, run first, where nothing is:
+# it leaves a record, and the acquisition arriving after it is stale.
+fresh
+check "a release where nothing is held: 0"      "0"          "$(raw release $V S 31 '' 0 600000)"
+check "  it leaves a record that lives keep"    "3 31 yes"   "$(hf2 v) $(hf2 s:S) $([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 590000 ] && echo yes || echo no)"
+check "  the cut-off acquisition (seq 30) is stale" "RWLOCK_STALE*" "$(raw acquire $V S 30 w 30000 0 600000 - 2>&1)"
+check "  the lock is free for others"           "[0-9]*"     "$(raw acquire $V T 1 w 30000 0 600000 -)"
+raw release $V T 2 '' 0 600000 >/dev/null
+# Readers: the last one out leaves the hash (records and all) for keep.
+fresh
+raw acquire $V A 1 r 30000 0 600000 - >/dev/null; raw acquire $V B 1 r 30000 0 600000 - >/dev/null
+check "two readers leave"                       "1 1"        "$(raw release $V A 2 '' 0 600000) $(raw release $V B 2 '' 0 600000)"
+check "  their records stay, no reader count"   "2 2 0 0"    "$(hf2 s:A) $(hf2 s:B) $(redis-cli -p "$PORT" hexists 'rw:{a}' n) $(redis-cli -p "$PORT" hexists 'rw:{a}' x)"
+check "  A's late read (seq 1) is stale"        "RWLOCK_STALE*" "$(raw acquire $V A 1 r 30000 0 600000 - 2>&1)"
+check "bad seq: refused"                        "RWLOCK_ARGS*" "$(raw acquire $V A x r 30000 0 600000 - 2>&1)"
+# Records of owners who hold nothing are pruned once the hash has grown by
+# half (48 fields at least); a holder's record is never pruned.
+fresh
+raw acquire $V keeper 1 r 30000 0 600000 - >/dev/null
+for i in $(seq 1 120); do
+  raw acquire $V "o$i" 1 r 30000 0 600000 - >/dev/null; raw release $V "o$i" 2 '' 0 600000 >/dev/null
+done
+check "pruned: the hash stays small"            "yes"        "$([ "$(redis-cli -p "$PORT" hlen 'rw:{a}')" -lt 60 ] && echo yes || echo "no $(redis-cli -p "$PORT" hlen 'rw:{a}')")"
+check "  the holder's record and read are kept" "1 1"        "$(hf2 s:keeper) $(raw renew $V keeper 1 30000 600000)"
+raw release $V keeper 2 '' 0 600000 >/dev/null
+# A free protocol 2 lock is taken over, its token kept; a held one is not.
+fresh
+redis-cli -p "$PORT" hset 'rw:{a}' v 2 f 4000000000000000 >/dev/null
+redis-cli -p "$PORT" pexpire 'rw:{a}' 60000 >/dev/null
+check "a free protocol 2 lock is taken over"    "4000000000000001 3" "$(raw acquire $V S 1 w 30000 0 600000 -) $(hf2 v)"
+raw release $V S 2 '' 0 600000 >/dev/null
+fresh
+redis-cli -p "$PORT" hset 'rw:{a}' v 2 w P f 7 >/dev/null
+redis-cli -p "$PORT" pexpire 'rw:{a}' 60000 >/dev/null
+check "a held protocol 2 lock is refused"       "RWLOCK_VERSION*protocol 2*speaks 3*" "$(raw acquire $V S 3 w 30000 0 600000 - 2>&1)"
+check "  its release too"                       "RWLOCK_VERSION*" "$(raw release $V S 4 '' 0 600000 2>&1)"
+check "  and nothing changed"                   "2 P"        "$(hf2 v) $(hf2 w)"
+fresh
 
 echo "protocol: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -114,12 +114,21 @@ class Rwlock(Case):
 
     def setup(self):
         self.r.delete(*self.keys)
+        self.seq = 0
 
     def pair(self, p, i):
-        p.evalsha(self.acq, len(self.keys), *self.keys, self.v, "pg:bench:1:00000000",
-                  self.mode, 30000, 2000, 600000)
-        p.evalsha(self.rel, len(self.keys), *self.keys, self.v, "pg:bench:1:00000000", "", 0,
-                  600000)
+        o = "pg:bench:1:00000000"
+        if self.v in ("1", "2"):
+            p.evalsha(self.acq, len(self.keys), *self.keys, self.v, o,
+                      self.mode, 30000, 2000, 600000)
+            p.evalsha(self.rel, len(self.keys), *self.keys, self.v, o, "", 0, 600000)
+            return
+        # protocol 3: the owner's request sequence, and "-" as the extension
+        # sends it (it holds nothing of the lock)
+        self.seq += 2
+        p.evalsha(self.acq, len(self.keys), *self.keys, self.v, o, self.seq - 1,
+                  self.mode, 30000, 2000, 600000, "-")
+        p.evalsha(self.rel, len(self.keys), *self.keys, self.v, o, self.seq, "", 0, 600000)
 
     def check(self, replies):
         super().check(replies)

@@ -52,8 +52,14 @@
 -- than the last one Redis keeps, and than one a failover lost (section 11 of
 -- docs/protocol.md says when).
 local hash, owner, mode = KEYS[1], ARGV[2], ARGV[4]
-local seq, held = tonumber(ARGV[3]), ARGV[8]
+local seq, held = ARGV[3], ARGV[8]
 local skey = 's:' .. owner
+-- seq, checked first (a refused call changes nothing), and s: are decimal
+-- integers without leading zeros: compared by length, then as strings (no
+-- conversion to a number: exact at any size, and cheaper).
+if not string.find(seq, '^[1-9]%d*$') then
+  return redis.error_reply('RWLOCK_ARGS seq must be a positive decimal integer, not ' .. seq)
+end
 local h, rkey
 if mode == 'r' then
   rkey = 'r:' .. owner
@@ -75,12 +81,10 @@ if h[1] and h[1] ~= ARGV[1] then
                              ', the caller speaks ' .. ARGV[1])
   end
 end
-if not seq or seq < 1 then
-  return redis.error_reply('RWLOCK_ARGS seq must be a positive integer, not ' .. ARGV[3])
-end
-if h[7] and seq <= h[7] + 0 then
-  return redis.error_reply('RWLOCK_STALE ' .. hash .. ' request ' .. ARGV[3] .. ' of ' ..
-                           owner .. ' is not newer than ' .. h[7])
+local s = h[7]
+if s and (#seq < #s or (#seq == #s and seq <= s)) then
+  return redis.error_reply('RWLOCK_STALE ' .. hash .. ' request ' .. seq .. ' of ' ..
+                           owner .. ' is not newer than ' .. s)
 end
 -- A new owner in a hash that has grown by half since its last pruning:
 -- owners that hold and wait for nothing lose their s: fields (prune.lua's
@@ -108,11 +112,14 @@ if not h[7] and h[1] then
   end
 end
 -- The answer to an upgrade whose read lock is gone: recorded, nothing else.
-local function read_lost()
-  redis.call('HSET', hash, skey, seq)
-  if not h[1] then redis.call('HSET', hash, 'v', ARGV[1]) end
-  if redis.call('PTTL', hash) < 0 then redis.call('PEXPIRE', hash, ARGV[7]) end
-  return ''
+local read_lost
+if held == 'r' then
+  read_lost = function()
+    redis.call('HSET', hash, skey, seq)
+    if not h[1] then redis.call('HSET', hash, 'v', ARGV[1]) end
+    if redis.call('PTTL', hash) < 0 then redis.call('PEXPIRE', hash, ARGV[7]) end
+    return ''
+  end
 end
 
 -- Fast paths: no writer, and nobody waits or has a turn (no z).
@@ -123,10 +130,13 @@ if not h[2] and not h[6] then
       local t = redis.call('TIME')
       local token = t[1] * 1000000 + t[2]
       if h[3] and h[3] + 1 > token then token = h[3] + 1 end
-      if h[5] and h[5] ~= '0' then
-        redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token, skey, seq, 'x', '0')
-      else
+      -- Only what changes is written: each field costs a search of the hash.
+      if not h[1] then
         redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', token, skey, seq)
+      elseif h[5] and h[5] ~= '0' then
+        redis.call('HSET', hash, 'w', owner, 'f', token, skey, seq, 'x', '0')
+      else
+        redis.call('HSET', hash, 'w', owner, 'f', token, skey, seq)
       end
       redis.call('PEXPIRE', hash, ARGV[5])
       return token
@@ -146,7 +156,9 @@ if not h[2] and not h[6] then
     elseif h[4] then                  -- rm: no reader's lease ends before it
       a = {hash, skey, seq, rkey, e, 'n', h[4] + 1}
       if not h[9] or h[9] + 0 > e then a[8] = 'rm'; a[9] = e end
-    else                              -- the first reader
+    elseif h[1] then                  -- the first reader
+      a = {hash, skey, seq, rkey, e, 'n', 1, 'rm', e}
+    else                              -- ... of a new hash
       a = {hash, 'v', ARGV[1], skey, seq, rkey, e, 'n', 1, 'rm', e}
     end
     if x then a[#a + 1] = 'x'; a[#a + 1] = x end

@@ -20,7 +20,8 @@ if h[1] and h[1] ~= ARGV[1] then
   return redis.error_reply('RWLOCK_VERSION ' .. KEYS[1] .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. ARGV[1])
 end
-if h[4] and h[4] + 0 > tonumber(ARGV[3]) then
+local s, seq = h[4], ARGV[3]              -- compared as acquire.lua does
+if s and (#s > #seq or (#s == #seq and s > seq)) then
   return redis.error_reply('RWLOCK_STALE ' .. KEYS[1] .. ' fence ' .. ARGV[3] .. ' of ' ..
                            ARGV[2] .. ' is older than ' .. h[4])
 end

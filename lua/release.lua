@@ -29,10 +29,16 @@
 -- or the turn runs out, so neither side starves.
 local READER_TURN_MS = 100
 local hash, owner, keeps = KEYS[1], ARGV[2], ARGV[4]
-local seq, skey = tonumber(ARGV[3]), 's:' .. owner
+local seq, skey = ARGV[3], 's:' .. owner
 local rkey = 'r:' .. owner
+-- seq, checked first (a refused call changes nothing), and s: are decimal
+-- integers without leading zeros: compared by length, then as strings (no
+-- conversion to a number: exact at any size, and cheaper).
+if not string.find(seq, '^[1-9]%d*$') then
+  return redis.error_reply('RWLOCK_ARGS seq must be a positive decimal integer, not ' .. seq)
+end
 
-local h = redis.call('HMGET', hash, 'v', 'w', 'z', rkey, 'n', 'f', skey)
+local h = redis.call('HMGET', hash, 'v', 'w', 'z', rkey, 'n', skey)
 if h[1] and h[1] ~= ARGV[1] then
   -- As in acquire.lua: a free protocol 2 lock is taken over.
   local t = h[1] == '2' and not h[2] and not h[5] and h[3] and redis.call('TIME')
@@ -46,12 +52,10 @@ if h[1] and h[1] ~= ARGV[1] then
                              ', the caller speaks ' .. ARGV[1])
   end
 end
-if not seq or seq < 1 then
-  return redis.error_reply('RWLOCK_ARGS seq must be a positive integer, not ' .. ARGV[3])
-end
-if h[7] and seq <= h[7] + 0 then
-  return redis.error_reply('RWLOCK_STALE ' .. hash .. ' request ' .. ARGV[3] .. ' of ' ..
-                           owner .. ' is not newer than ' .. h[7])
+local s = h[6]
+if s and (#seq < #s or (#seq == #s and seq <= s)) then
+  return redis.error_reply('RWLOCK_STALE ' .. hash .. ' request ' .. seq .. ' of ' ..
+                           owner .. ' is not newer than ' .. s)
 end
 
 -- Fast paths: a holder leaves, and nobody waits or has a turn (no z), so
@@ -66,18 +70,16 @@ if keeps == '' and not h[3] then
     return 1
   end
   if h[4] and not h[2] then
-    -- A reader. The hash lives at least keep past its lease (x); the last
-    -- reader out leaves it for keep.
+    -- A reader. The hash lives at least keep past its lease (x), the
+    -- owners' s: fields with it.
     local t = redis.call('TIME')
     local held = h[4] - t[1] * 1000 > t[2] / 1000 and 1 or 0
     if h[5] and h[5] + 0 > 1 then
       redis.call('HDEL', hash, rkey)
-      redis.call('HINCRBY', hash, 'n', -1)
-      redis.call('HSET', hash, skey, seq)
+      redis.call('HSET', hash, 'n', h[5] - 1, skey, seq)
     else
-      redis.call('HDEL', hash, rkey, 'n', 'rm', 'x')
+      redis.call('HDEL', hash, rkey, 'n', 'rm')
       redis.call('HSET', hash, skey, seq)
-      redis.call('PEXPIRE', hash, ARGV[6])
     end
     return held
   end
@@ -200,7 +202,6 @@ local function live()
   return n
 end
 
-local free = false
 if changed and not writer then
   -- Who may proceed now? Only they are told.
   local first = qe > now and head()
@@ -220,17 +221,12 @@ if changed and not writer then
   -- No writer holds or waits: readers who waited wait for no one, and their
   -- mark must not start a readers' turn at a later writer's release.
   if not first and rw > 0 then rw = 0; put('rw', false) end
-  free = not first and n == 0
   if readers_go then redis.call('PUBLISH', hash .. ':c', 'r') end
   if go then redis.call('PUBLISH', hash .. ':c:' .. go, 'w') end
 end
 
-if free and not ttl then
-  -- Nobody holds or waits: the hash stays for keep (the last token, the
-  -- owners' s: fields), and no longer.
-  put('x', false)
-  ttl = keep
-end
+-- Free or not, the hash stays (the last token and the owners' s: fields),
+-- until x, or for keep after a writer's release.
 -- z: no intent, mark or turn ends after it
 local zz = math.max(qe, rt, rw)
 if zz > now then

@@ -24,7 +24,8 @@ if h[1] and h[1] ~= ARGV[1] then
                            ', the caller speaks ' .. ARGV[1])
 end
 if not h[6] then return 0 end
-if h[6] + 0 > tonumber(ARGV[3]) then
+local s, seq = h[6], ARGV[3]              -- compared as acquire.lua does
+if #s > #seq or (#s == #seq and s > seq) then
   return redis.error_reply('RWLOCK_STALE ' .. hash .. ' renewal ' .. ARGV[3] .. ' of ' ..
                            owner .. ' is older than ' .. h[6])
 end

@@ -186,7 +186,7 @@ for my $case ([ 'a1', 'node:t037:1:aaaa', 'node:t037:2:bbbb' ],
 	my $marked = '';
 	wait_until(sub { $marked = redis_cli($port, 'GET', "$prefix:wait:{$owner_s}"); $marked =~ /^!/ }, 3.5);
 	my $secs = time - $t0;
-	like($marked, qr/^!2 w \S+ shared:\{nb1\}\n/, sprintf('b. the client\'s walk marks the session before its next check-in (%.3f s)', $secs));
+	like($marked, qr/^!3 w \S+ shared:\{nb1\}\n/, sprintf('b. the client\'s walk marks the session before its next check-in (%.3f s)', $secs));
 	like($marked, qr/^\Q$owner_s\E w node:\S+ shared:\{nb1\}$/m, 'b. the mark names the session\'s wait');
 	like($marked, qr/^node:\S+ w \Q$owner_s\E shared:\{sb1\}$/m, 'b. and the client\'s');
 	my ($out, $err, $waited) = sq_wait($s, 10);

@@ -1,9 +1,13 @@
 'use strict';
-// clients_api.js: the Node client's scoped use, errors and URLs, against the
-// real servers test/clients_api.py started (their URLs in argv[2], JSON).
+// clients_api.js: the Node client's scoped use, errors and URLs, and its
+// late requests (protocol 3's request order, as the least-privilege Redis
+// user of docs/connecting.md), against the real servers
+// test/clients_api.py started (their URLs in argv[2], JSON).
 // Prints "ok <what>" or "FAIL <what>: <detail>" a line, and the names of the
 // error classes ("errors <json>") for the Python side to compare.
+const fs = require('fs');
 const path = require('path');
+const { spawnSync } = require('child_process');
 const rw = require(path.join(__dirname, '..', 'clients', 'node'));
 const Redis = require(path.join(__dirname, '..', 'clients', 'node', 'node_modules', 'ioredis'));
 
@@ -128,6 +132,127 @@ async function misuse(locks) {
     (await locks.info('api:held1')).state === 'free' && (await locks.info('api:held2')).state === 'free');
 }
 
+// A request that Redis runs after a newer one of its owner changes nothing
+// (docs/protocol.md 4.1), and the client says so with StaleRequestError.
+// As the Redis user of docs/connecting.md's ACL line (no SCRIPT, no INFO,
+// no CLIENT): the user the documentation tells services to use.
+async function stale(admin) {
+  const doc = fs.readFileSync(path.join(__dirname, '..', 'docs', 'connecting.md'), 'utf8');
+  const line = /^ *(ACL SETUSER rwlock .*)$/m.exec(doc)[1].trim().split(/\s+/);
+  check('docs/connecting.md\'s ACL line is accepted', (await admin.call(...line)) === 'OK');
+  const pw = line.find((w) => w.startsWith('>')).slice(1);
+  const u = new URL(urls.redis);
+  const userOptions = { host: u.hostname, port: Number(u.port), username: 'rwlock', password: pw,
+    enableReadyCheck: false }; // ioredis's ready check is INFO, which the line does not grant
+  const r = new Redis(userOptions);
+  const locks = new rw.Locks(r);
+  const name = 'api:stale';
+  const [hash, queue] = rw.lockKeys('rwlock', name);
+  const state = async () => JSON.stringify([await admin.hgetall(hash), await admin.exists(queue)]);
+  // Another process with the same owner id (a bug: ids must be unique):
+  // its counter starts again, so its requests are older than ours.
+  const other = (owner, mode) => {
+    const js = `
+      const rw = require(${JSON.stringify(path.join(__dirname, '..', 'clients', 'node'))});
+      const Redis = require(${JSON.stringify(path.join(__dirname, '..', 'clients', 'node', 'node_modules', 'ioredis'))});
+      const r = new Redis(${JSON.stringify(userOptions)});
+      const locks = new rw.Locks(r);
+      const lk = locks.${mode === 'w' ? 'writeLock' : 'readLock'}(${JSON.stringify(name)});
+      lk.owner = ${JSON.stringify(owner)};
+      lk.acquire(1000).then(
+        (t) => ({ token: t }),
+        (e) => ({ error: e.constructor.name, stale: e instanceof rw.StaleRequestError && e instanceof rw.RWLockError,
+          seq: e.seq, newest: e.newest, message: e.message }))
+        .then((o) => { console.log(JSON.stringify({ ...o, held: lk.held, holds: locks.holds.size })); r.disconnect(); });`;
+    const p = spawnSync('node', ['-e', js], { encoding: 'utf8', timeout: 20000 });
+    try {
+      return JSON.parse(p.stdout);
+    } catch (e) {
+      return { error: `no answer: ${p.stdout}${p.stderr}` };
+    }
+  };
+  try {
+    const a = locks.writeLock(name);
+    const t1 = await a.acquire(1000);
+    const seq = Number(await admin.hget(hash, `s:${a.owner}`));
+    check(`the acquisition recorded its request number (s:<owner> ${seq})`, seq >= 1);
+
+    // A copy of the acquisition's request, as a release, arriving late.
+    const before = await state();
+    const k = [hash, queue];
+    const late = await r.evalsha(locks.scripts.release.sha, 2, ...k, rw.PROTOCOL_VERSION, a.owner, seq,
+      '', 0, rw.KEEP_TOKEN_MS).then(() => null, (e) => e);
+    check('a late release (an older request number) is refused RWLOCK_STALE',
+      late && /^RWLOCK_STALE /.test(late.message), String(late));
+    check('and changes nothing: the write lock stays held', (await state()) === before &&
+      (await locks.info(name)).writer === a.owner, await state());
+
+    // The same owner id in another process: its acquisitions are older.
+    for (const mode of ['w', 'r']) {
+      const o = other(a.owner, mode);
+      check(`held: a late acquisition (${mode}) rejects with StaleRequestError (${o.seq} < ${o.newest})`,
+        o.stale && o.seq < o.newest && !o.held && o.holds === 0, JSON.stringify(o));
+      check(`held: and changes nothing in Redis (${mode})`, (await state()) === before, await state());
+    }
+    check('release() after the late requests: true', (await a.release()) === true);
+    const free = await state();
+    const o = other(a.owner, 'w');
+    check(`free: a late acquisition rejects with StaleRequestError (${o.seq} < ${o.newest})`,
+      o.stale && o.seq < o.newest && !o.held, JSON.stringify(o));
+    check('free: and changes nothing in Redis (no holder, the same token)', (await state()) === free &&
+      (await locks.info(name)).state === 'free' && (await locks.info(name)).token === t1, await state());
+    const t2 = await a.acquire(1000);
+    check(`the owner's own next acquisition is granted (token ${t1} < ${t2})`, t2 > t1);
+
+    // A renewal that crossed a newer request of its owner: not a loss,
+    // asked again with the newer number.
+    const eval0 = locks._eval;
+    let crossed = null;
+    locks._eval = async function (script, keys, args) {
+      if (script === 'renew' && crossed === null) {
+        crossed = Number(args[2]);
+        const x = locks.writeLock('api:stale-x');
+        await x.acquire(1000); // the counter moves on
+        await x.release();
+        await admin.hset(hash, `s:${a.owner}`, crossed + 1); // as if request crossed + 1 had run here
+      }
+      return eval0.call(this, script, keys, args);
+    };
+    const renewed = await a.renew().catch((e) => e);
+    locks._eval = eval0;
+    check(`a renewal answered stale after a newer request ran (${crossed} < ${crossed + 1}) is sent again ` +
+      'with the newer number: renew() true', renewed === true && !a.lost, String(renewed));
+    // Stale with no newer number given out: another process ran a newer
+    // request under this owner id.
+    await admin.hset(hash, `s:${a.owner}`, 2 ** 52);
+    const e = await a.renew().catch((x) => x);
+    check('a renewal stale for a newer request of another process: StaleRequestError, not a loss',
+      e instanceof rw.StaleRequestError && e.newest === 2 ** 52 && !a.lost, String(e));
+    const e2 = await a.release().catch((x) => x);
+    check('a release stale likewise: StaleRequestError, not owed', e2 instanceof rw.StaleRequestError &&
+      !locks.owed.has(name) && !a.held, String(e2));
+    await admin.del(hash, queue);
+
+    // An owed release after Redis lost its scripts: the pipeline's NOSCRIPT
+    // fallback is EVAL (the user may not SCRIPT LOAD), its numbers new.
+    const b = locks.writeLock('api:stale-owed');
+    const t3 = await b.acquire(1000);
+    locks.owed.set(b.name, new Map([[b.owner, ['', 0]]])); // as if its release had been cut off
+    b._held = false;
+    locks.holds.delete(b);
+    await admin.script('FLUSH');
+    const t4 = await b.acquire(1000).catch((x) => x);
+    check(`an owed release after SCRIPT FLUSH, as this user: sent first, a new grant (${t3} < ${t4})`,
+      t4 > t3 && !locks.owed.has(b.name), String(t4));
+    await b.release();
+  } catch (e) {
+    check('the late requests ran to their end', false, String(e && e.stack));
+  } finally {
+    locks.close();
+    r.disconnect();
+  }
+}
+
 async function fromUrl(label, url) {
   const locks = rw.Locks.fromUrl(url);
   try {
@@ -151,6 +276,7 @@ async function main() {
     await scoped(redis, locks);
     await gone();
     await misuse(locks);
+    await stale(redis);
     for (const k of ['redis', 'unix', 'cluster', 'sentinel']) if (urls[k]) await fromUrl(k, urls[k]);
     let e = null;
     try {
@@ -167,7 +293,7 @@ async function main() {
     redis.disconnect();
   }
   const names = Object.keys(rw).filter((k) => rw[k] && rw[k].prototype instanceof Error &&
-    !/Error$/.test(k) || k === 'RWLockError' || k === 'ProtocolVersionError');
+    !/Error$/.test(k) || ['RWLockError', 'ProtocolVersionError', 'StaleRequestError'].includes(k));
   console.log(`errors ${JSON.stringify(names.sort())}`);
   process.exitCode = failed ? 1 : 0;
 }

@@ -3,7 +3,7 @@
 # libraries' own cluster classes (redis-py's RedisCluster, sync and asyncio;
 # ioredis's Cluster): a lock handed from one holder to a waiter, for names
 # whose keys land in different slots (braces and '%' included), and an owed
-# release sent before the name is taken again. Three masters on
+# release sent before the name is taken again (both clients). Three masters on
 # 127.0.0.1:6410-6412 (RWLOCK_CLUSTER_PORT for the first). Prints
 # "clients_cluster: N passed, M failed".
 set -euo pipefail
@@ -71,6 +71,11 @@ const { Locks } = require(CLIENT);
     const t2 = await w2.acquire(3000);
     const el = performance.now() - t0;
     console.log(`${t2 > t && el < 500 ? 'ok' : 'FAIL'} node: ${JSON.stringify(name)} handed to a waiter in ${Math.round(el)} ms`);
+    locks.owed.set(name, new Map([[w2.owner, ['', 0]]])); // as if its release had been cut off
+    w2._held = false;
+    locks.holds.delete(w2);
+    const t3 = await w2.acquire(1000);
+    console.log(`${t3 > t2 && !locks.owed.has(name) ? 'ok' : 'FAIL'} node: ${JSON.stringify(name)} owed release sent first (new token)`);
     await w2.release();
   }
   locks.close();
@@ -82,4 +87,4 @@ echo "$out"
 pass=$(grep -c '^ok' <<<"$out" || true)
 fail=$(grep -vc '^ok' <<<"$out" || true)
 echo "clients_cluster: $pass passed, $fail failed"
-[ "$fail" = 0 ] && [ "$pass" = 10 ]
+[ "$fail" = 0 ] && [ "$pass" = 13 ]

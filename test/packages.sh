@@ -66,7 +66,8 @@ console.log("packages: npm pack clients/node: pg-rwlock-redis with its scripts i
  # @types/node are clients/node's devDependencies, from its npm ci).
  cat > app.ts <<'TS' &&
 import Redis, { Cluster } from 'ioredis';
-import { Locks, LockLost, LockTimeout, LockTimeoutError, NotHeld, RWLockError } from 'pg-rwlock-redis';
+import { Locks, LockLost, LockTimeout, LockTimeoutError, NotHeld, RWLockError, StaleRequestError,
+  PROTOCOL_VERSION } from 'pg-rwlock-redis';
 async function main(): Promise<void> {
   const redis = new Redis('redis://127.0.0.1:6379/0');
   const locks = new Locks(redis, { prefix: 'rwlock', lease: 30000 });
@@ -80,6 +81,9 @@ async function main(): Promise<void> {
   const token: number = await lk.acquire(1000);
   const e: LockTimeoutError = new LockTimeout('x');
   if (e instanceof LockLost || e instanceof NotHeld || e instanceof RWLockError) console.log(total, token);
+  const late = await lk.renew().catch((x: unknown) => x);
+  const v: '3' = PROTOCOL_VERSION;
+  if (late instanceof StaleRequestError && late instanceof RWLockError) console.log(v, late.lock, late.owner, late.seq + late.newest);
   await locks.releaseAll(); await onCluster.close(); await fromUrl.close();
 }
 main();

@@ -2,7 +2,7 @@
 import { EventEmitter } from 'events';
 import type { Redis, Cluster } from 'ioredis';
 
-export declare const PROTOCOL_VERSION: '2';
+export declare const PROTOCOL_VERSION: '3';
 export declare const INTENT_MS: number;
 export declare const KEEP_TOKEN_MS: number;
 export declare const NAME_MAX: number;
@@ -108,6 +108,18 @@ export declare class Lock extends EventEmitter {
 /** Base class of every error of this package (bad arguments are TypeErrors). */
 export declare class RWLockError extends Error {}
 export declare class ProtocolVersionError extends RWLockError {}
+/** Redis answered a request this client waits for with RWLOCK_STALE: it changed
+ *  nothing, because Redis had already run request `newest` (>= `seq`) of the same
+ *  owner id on the lock: another process uses the owner id (a bug), or (newest ===
+ *  seq) the request was delivered twice and the answer to its first run was lost. */
+export declare class StaleRequestError extends RWLockError {
+  readonly lock: string;
+  readonly owner: string;
+  /** The request's number in its owner's order (docs/protocol.md 4.1). */
+  readonly seq: number;
+  /** The newest number Redis had run for the owner on the lock. */
+  readonly newest: number;
+}
 export declare class LockTimeout extends RWLockError {}
 /** Waiting could never end: UpgradeConflict, DeadlockDetected. */
 export declare class Deadlock extends RWLockError {}

@@ -1,6 +1,6 @@
 'use strict';
 // rwlock: distributed read/write locks in Redis, shared with the rwlock
-// PostgreSQL extension (protocol version 2, docs/protocol.md of the rwlock
+// PostgreSQL extension (protocol version 3, docs/protocol.md of the rwlock
 // repository), on ioredis.
 //
 //   const Redis = require('ioredis');
@@ -17,7 +17,7 @@ const crypto = require('crypto');
 const { EventEmitter } = require('events');
 const { performance } = require('perf_hooks');
 
-const PROTOCOL_VERSION = '2';
+const PROTOCOL_VERSION = '3';
 const INTENT_MS = 2000; // a waiting caller's mark, as the SQL side
 const KEEP_TOKEN_MS = 600000; // how long a free lock keeps its last write token
 const NAME_MAX = 1024; // bytes: the longest name the SQL side accepts
@@ -25,7 +25,7 @@ const POLL_MS = 50; // sleep between tries when subscribing failed
 const SCRIPTS = ['acquire', 'release', 'renew', 'info', 'waits', 'mark'];
 const WALK_OWNERS = 64; // owners a deadlock walk visits at most (docs/protocol.md 18)
 const WALK_DEPTH = 32; // the longest cycle it looks for
-// acquire.lua ARGV[7]: what the caller already holds of the name.
+// acquire.lua ARGV[8]: what the caller already holds of the name.
 const HOLDS_READ = 'r'; // its read lock: an upgrade
 const HOLDS_NOTHING = '-'; // nothing: a read field of this owner left in Redis is stale
 
@@ -40,6 +40,22 @@ class RWLockError extends Error {
 }
 /** The lock's keys in Redis, or the scripts, speak another protocol version. */
 class ProtocolVersionError extends RWLockError {}
+/** Redis answered a request this client waits for with RWLOCK_STALE
+ *  (docs/protocol.md 4.1): the request changed nothing, because Redis had
+ *  already run a request of its owner id numbered `newest` >= its own
+ *  `seq` on that lock. Either another process uses the same owner id (a
+ *  bug: owner ids must be unique), or (`newest` == `seq`) the request
+ *  itself was delivered twice, e.g. sent again by the Redis client library
+ *  after a reconnection, and the answer to its first run was lost. */
+class StaleRequestError extends RWLockError {
+  constructor(name, owner, seq, newest, reply) {
+    super(`request ${seq} of owner ${owner} on lock ${JSON.stringify(name)} arrived after ` +
+      (newest === seq ? 'itself (delivered twice: the answer to its first run was lost)'
+        : `request ${newest} of the same owner id (does another process use it?)`) +
+      `, and changed nothing: ${reply}`);
+    Object.assign(this, { lock: name, owner, seq, newest });
+  }
+}
 /** acquire() ran out of time. */
 class LockTimeout extends RWLockError {}
 /** Waiting could never end: the waiters wait for each other
@@ -104,6 +120,17 @@ const DeadlockDetectedError = DeadlockDetected;
 
 const now = () => performance.now();
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+
+// The request sequence (docs/protocol.md 4.1): every acquire.lua and
+// release.lua call carries the next number (a call sent again too), and
+// renew.lua the number last given out. One counter serves every owner id
+// of the process: each owner's numbers, a subsequence, strictly increase
+// whatever Locks and Lock objects share its id (a waiting Lock's owner set
+// to the holder's), and there is no per-owner state to keep or to forget
+// too early. It never goes back while the process lives; owner ids carry
+// the pid and a random part, so no other process continues one of ours.
+let lastSeq = 0;
+const nextSeq = () => ++lastSeq;
 
 // -- names, keys, scripts ---------------------------------------------------
 
@@ -178,10 +205,18 @@ function isNoScript(e) {
   return e && typeof e.message === 'string' && e.message.startsWith('NOSCRIPT');
 }
 
-function versionError(name, e) {
-  if (!e || typeof e.message !== 'string' || !e.message.includes('RWLOCK_VERSION')) return e;
-  return new ProtocolVersionError(`lock ${JSON.stringify(name)} is kept in another rwlock ` +
-    `protocol version than this client's (${PROTOCOL_VERSION}): ${e.message}`);
+/** Redis's error replies RWLOCK_VERSION and RWLOCK_STALE as this package's
+ *  errors; other errors as they are. */
+function replyError(name, owner, e) {
+  if (!e || typeof e.message !== 'string') return e;
+  if (e.message.includes('RWLOCK_VERSION')) {
+    return new ProtocolVersionError(`lock ${JSON.stringify(name)} is kept in another rwlock ` +
+      `protocol version than this client's (${PROTOCOL_VERSION}): ${e.message}`);
+  }
+  // "RWLOCK_STALE <hash> request|renewal <seq> of <owner> is not newer|older than <s>"
+  const m = /RWLOCK_STALE \S+ \w+ (\d+) of .* than (\d+)/.exec(e.message);
+  if (m) return new StaleRequestError(name, owner, Number(m[1]), Number(m[2]), e.message);
+  return e;
 }
 
 // -- the subscriber: one connection per Locks for every waiter ---------------
@@ -505,7 +540,7 @@ class Locks {
     try {
       return await this._eval(script, lockKeys(this.prefix, name).slice(0, 2), args);
     } catch (e) {
-      throw versionError(name, e);
+      throw replyError(name, args[1], e);
     }
   }
 
@@ -522,41 +557,58 @@ class Locks {
   }
 
   /** Several calls (and WAIT) in one round trip, on one connection, in
-   *  order: [replies, acks or null]. */
+   *  order: [results, acks or null], a result being [error or null, reply].
+   *  calls() makes the calls: [script, args] each. If Redis lacked a script,
+   *  they are all made again (new request numbers: those that ran recorded
+   *  theirs) and sent again with EVAL, which needs no SCRIPT right. */
   async _pipeline(name, calls, wait) {
     const [k1, k2] = lockKeys(this.prefix, name);
     for (let attempt = 0; ; attempt++) {
       const pl = this.redis.pipeline();
-      for (const [script, args] of calls) pl.evalsha(this.scripts[script].sha, 2, k1, k2, ...args);
+      for (const [script, args] of calls()) {
+        const s = this.scripts[script];
+        if (attempt === 0) pl.evalsha(s.sha, 2, k1, k2, ...args);
+        else pl.eval(s.body, 2, k1, k2, ...args);
+      }
       if (wait) pl.call('WAIT', this.waitReplicas, this.waitReplicasTimeout);
       const res = await pl.exec();
-      if (attempt === 0 && res.some(([e]) => isNoScript(e))) {
-        for (const s of Object.values(this.scripts)) await this.redis.script('LOAD', s.body);
-        continue;
-      }
-      for (const [e] of res) if (e) throw versionError(name, e);
-      const replies = res.map(([, v]) => v);
-      return wait ? [replies.slice(0, -1), Number(replies[replies.length - 1])] : [replies, null];
+      if (attempt === 0 && res.some(([e]) => isNoScript(e))) continue;
+      if (!wait) return [res, null];
+      const [e, acks] = res[res.length - 1];
+      if (e) throw e;
+      return [res.slice(0, -1), Number(acks)];
     }
   }
 
   async _acquire(name, owner, mode, leaseMs, intentMs, upgrade) {
-    const args = [PROTOCOL_VERSION, owner, mode, leaseMs, intentMs, KEEP_TOKEN_MS,
-      upgrade ? HOLDS_READ : HOLDS_NOTHING];
+    const args = () => [PROTOCOL_VERSION, owner, nextSeq(), mode, leaseMs, intentMs,
+      KEEP_TOKEN_MS, upgrade ? HOLDS_READ : HOLDS_NOTHING];
     const owed = [...(this.owed.get(name) || new Map())];
     const wait = this.waitReplicas > 0;
     let reply;
     let acks = null;
     if (owed.length || wait) {
-      // Owed releases of this name go first, on the same connection.
-      const calls = owed.map(([o, [keep, lm]]) =>
-        ['release', [PROTOCOL_VERSION, o, keep, lm, KEEP_TOKEN_MS]]);
-      let replies;
-      [replies, acks] = await this._pipeline(name, [...calls, ['acquire', args]], wait);
-      this._owedDone(name, owed.map(([o]) => o));
-      reply = replies[replies.length - 1];
+      // Owed releases of this name go first, on the same connection, each
+      // with a new number (a copy of the first, if it arrives late, changes
+      // nothing).
+      const calls = () => [...owed.map(([o, [keep, lm]]) =>
+        ['release', [PROTOCOL_VERSION, o, nextSeq(), keep, lm, KEEP_TOKEN_MS]]), ['acquire', args()]];
+      let results;
+      [results, acks] = await this._pipeline(name, calls, wait);
+      // An owed release answered stale ran before (its first copy) or
+      // lost to a newer request of its owner: owed no more either way.
+      const sent = [];
+      owed.forEach(([o], i) => {
+        const e = results[i][0] && replyError(name, o, results[i][0]);
+        if (e && !(e instanceof StaleRequestError)) throw e;
+        sent.push(o);
+      });
+      this._owedDone(name, sent);
+      const [e, r] = results[results.length - 1];
+      if (e) throw replyError(name, owner, e);
+      reply = r;
     } else {
-      reply = await this._run('acquire', name, args);
+      reply = await this._run('acquire', name, args());
     }
     if (typeof reply === 'string') return reply ? [CONFLICT, reply] : [READ_LOST, null];
     const r = Number(reply);
@@ -564,14 +616,16 @@ class Locks {
     return r >= 0 ? [GRANTED, r] : [BUSY, -r];
   }
 
-  /** release.lua; one whose answer does not come is owed. */
+  /** release.lua; one whose answer does not come is owed (sent again, with
+   *  a new number, ahead of the next acquisition of the name). One answered
+   *  stale is not: it ran before, or a newer request of its owner did. */
   async _release(name, owner, keep, leaseMs = 0) {
     let held;
     try {
       held = Number(await this._run('release', name,
-        [PROTOCOL_VERSION, owner, keep, leaseMs, KEEP_TOKEN_MS]));
+        [PROTOCOL_VERSION, owner, nextSeq(), keep, leaseMs, KEEP_TOKEN_MS]));
     } catch (e) {
-      if (!(e instanceof ProtocolVersionError)) {
+      if (!(e instanceof ProtocolVersionError) && !(e instanceof StaleRequestError)) {
         if (!this.owed.has(name)) this.owed.set(name, new Map());
         this.owed.get(name).set(owner, [keep, leaseMs]);
       }
@@ -662,13 +716,27 @@ class Locks {
     return true;
   }
 
+  /** renew.lua with the request number last given out: 1 held, 0 lost.
+   *  Answered stale, a newer acquire or release of the owner's ran on the
+   *  lock since the number was read (renewals are checked, not recorded):
+   *  not a loss; asked again with the newer number. Stale with no newer
+   *  number given out since: StaleRequestError (another process uses the
+   *  owner id). */
   async _renew(name, owner, leaseMs) {
-    const args = [PROTOCOL_VERSION, owner, leaseMs, KEEP_TOKEN_MS];
-    if (this.waitReplicas > 0) {
-      const [[held]] = await this._pipeline(name, [['renew', args]], true);
-      return Number(held); // too few acknowledgements: the master has it all the same
+    for (;;) {
+      const seq = lastSeq;
+      const args = [PROTOCOL_VERSION, owner, seq, leaseMs, KEEP_TOKEN_MS];
+      try {
+        if (this.waitReplicas > 0) {
+          const [[[e, held]]] = await this._pipeline(name, () => [['renew', args]], true);
+          if (e) throw replyError(name, owner, e);
+          return Number(held); // too few acknowledgements: the master has it all the same
+        }
+        return Number(await this._run('renew', name, args));
+      } catch (e) {
+        if (!(e instanceof StaleRequestError) || lastSeq === seq) throw e;
+      }
     }
-    return Number(await this._run('renew', name, args));
   }
 }
 
@@ -850,12 +918,15 @@ class Lock extends EventEmitter {
         woken = false;
       }
     } catch (e) {
-      if (!done) {
-        // The connection failed with a call in flight: undo whatever may have
-        // been granted, withdraw the intent (owed if it fails too).
+      // The connection failed with a call in flight, or the call's first
+      // copy ran and its answer was lost (stale, newest === seq): undo
+      // whatever may have been granted, withdraw the intent (owed if it
+      // fails too). Not when a newer request of the owner id ran: this one
+      // changed nothing, and what Redis has is that request's.
+      if (!done && !(e instanceof StaleRequestError && e.newest > e.seq)) {
         await L._release(this.name, this.owner, undo, leaseMs).catch(() => {});
-        await dropWait();
       }
+      if (!done) await dropWait();
       throw e;
     } finally {
       if (unlisten) unlisten();
@@ -973,7 +1044,7 @@ class Lock extends EventEmitter {
     try {
       held = await this.locks._release(this.name, this.owner, keep, Math.max(1, Math.round(this.lease)));
     } catch (e) {
-      this._held = false; // owed now; the lease is the backstop
+      this._held = false; // owed now (unless answered stale); the lease is the backstop
       this.locks.holds.delete(this);
       throw e;
     }
@@ -992,7 +1063,7 @@ class Lock extends EventEmitter {
 
 module.exports = {
   PROTOCOL_VERSION, INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, SCRIPTS,
-  Locks, Lock, RWLockError, ProtocolVersionError, LockTimeout, Deadlock,
+  Locks, Lock, RWLockError, ProtocolVersionError, StaleRequestError, LockTimeout, Deadlock,
   DeadlockDetected, DeadlockDetectedError,
   UpgradeConflict, LockLost, ReadLockLost, NotHeld, AlreadyHeld, ReplicasNotAcknowledged,
   LockTimeoutError, UpgradeConflictError, ReplicasNotAcknowledgedError, ReadLockLostError,

@@ -49,6 +49,7 @@ function errorKind(e) {
   if (e instanceof rw.LockTimeout) return 'timeout';
   if (e instanceof rw.UpgradeConflict) return 'conflict';
   if (e instanceof rw.DeadlockDetected) return 'deadlock';
+  if (e instanceof rw.StaleRequestError) return 'stale';
   if (e && /connect|closed|timed out|ECONN|EPIPE|MaxRetries|Connection/i.test(`${e.name} ${e.message}`)) return 'connection';
   return 'other';
 }

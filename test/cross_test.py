@@ -15,10 +15,13 @@ picks; $RWLOCK_CROSS_REDIS_PORT to choose) and stops it at the end. Every SQL
 connection sets rwlock.redis_url to it. Prints "N passed, N failed" and the
 measured hand-off latencies; exits non-zero on a failure.
 """
+import asyncio
 import os
+import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 import redis
@@ -55,6 +58,60 @@ def python_only(srv, res):
         shutil.rmtree(other, ignore_errors=True)
     read_lost(r, res)
     sequence(r, res)
+    least_privilege(r, res)
+
+
+def acl_line():
+    """The arguments of the least-privilege ACL line of docs/connecting.md,
+    as documented ("ACL SETUSER rwlock on >s3cret ...")."""
+    with open(os.path.join(ROOT, "docs", "connecting.md")) as f:
+        m = re.search(r"^\s*ACL SETUSER rwlock (.*)$", f.read(), re.M)
+    return m.group(1).split()
+
+
+def least_privilege(r, res):
+    """The client as the documented least-privilege Redis user (no SCRIPT
+    LOAD, nothing in @admin or @dangerous): a hand-off to a waiter, an owed
+    release sent ahead of an acquisition after SCRIPT FLUSH (the pipeline's
+    NOSCRIPT path), deadlock detection (wait keys, waits.lua), sync and
+    asyncio."""
+    port = r.connection_pool.connection_kwargs["port"]
+    r.execute_command("ACL", "SETUSER", "rwlock", *acl_line())
+    kw = dict(port=port, username="rwlock", password="s3cret")
+    c = rw.Client(redis.Redis(**kw), deadlock_timeout=0.2)
+    name = "acl"
+    try:
+        a, b = c.write_lock(name), c.write_lock(name)
+        t1 = a.acquire(1)
+        threading.Timer(0.1, a.release).start()
+        t2 = b.acquire(5)
+        res.check("least privilege: a hand-off to a waiter", t2 > t1 and b.release())
+        r.script_flush()
+        c._owed.add(name, a.owner, "", 0)      # as if its release had been cut off
+        t3 = a.acquire(1)
+        res.check("least privilege: after SCRIPT FLUSH, an owed release goes ahead of "
+                  "an acquisition (no SCRIPT LOAD)", t3 > t2 and not c._owed and a.release())
+        a.acquire(1)
+        try:
+            b.acquire(5)            # the same thread holds it through a: a cycle
+            res.check("least privilege: deadlock detection", False, "no error")
+        except rw.DeadlockDetected as e:
+            res.check("least privilege: deadlock detection (%s)" % e, True)
+        a.release()
+    except Exception as e:      # noqa: BLE001 - reported as a failure
+        res.check("least privilege: the synchronous client", False, repr(e))
+
+    async def aio():
+        ac = rw.AsyncClient(redis.asyncio.Redis(**kw))
+        lk = ac.write_lock(name)
+        r.script_flush()
+        ac._owed.add(name, lk.owner, "", 0)
+        ok = await lk.acquire(1) > 0 and not ac._owed and await lk.release()
+        res.check("least privilege: asyncio, an owed release after SCRIPT FLUSH", ok)
+    try:
+        asyncio.run(aio())
+    except Exception as e:      # noqa: BLE001
+        res.check("least privilege: asyncio", False, repr(e))
 
 
 class Resending(redis.Redis):
@@ -156,7 +213,6 @@ def sequence(r, res):
 def read_lost(r, res):
     """An upgrade whose read lock Redis lost raises ReadLockLost (the lock is
     lost, nothing granted), in the synchronous and the asyncio client."""
-    import asyncio
     key = rw.lock_keys("rwlock", "cross-read-lost")[0]
     c = rw.Client(r)
     lock = c.read_lock("cross-read-lost")

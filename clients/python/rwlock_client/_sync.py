@@ -173,9 +173,17 @@ class BaseClient:
         return list(p.lock_keys(self.prefix, name)[:2])
 
     def _fill(self, pipe: Any, calls: Sequence[Call], keys: List[str], wait: bool,
-              tail: Sequence[Sequence[Any]] = ()) -> None:
+              tail: Sequence[Sequence[Any]] = (), bodies: bool = False) -> None:
+        """Queue the calls on pipe: EVALSHA, or with bodies EVAL (after a
+        NOSCRIPT: it caches the script too, and needs no SCRIPT LOAD, which
+        the least-privilege user of docs/connecting.md lacks). Sent again,
+        a call that ran the first time is stale (the same seq): nothing
+        runs twice."""
         for script, args in calls:
-            pipe.evalsha(self._shas[script], 2, *keys, *args)
+            if bodies:
+                pipe.eval(self._bodies[script], 2, *keys, *args)
+            else:
+                pipe.evalsha(self._shas[script], 2, *keys, *args)
         if wait:
             pipe.execute_command("WAIT", self.wait_replicas,
                                  max(1, int(self.wait_replicas_timeout * 1000)))
@@ -365,9 +373,12 @@ class Client(BaseClient):
         """Run a Run or a Pipe."""
         keys = getattr(step, "keys", None) or self._keys(step.name)
         if self._preload:
-            for body in self._bodies.values():
-                self.redis.script_load(body)
             self._preload = False
+            try:
+                for body in self._bodies.values():
+                    self.redis.script_load(body)
+            except redis.exceptions.NoPermissionError:
+                pass        # no SCRIPT LOAD (least privilege): EVAL after NOSCRIPT
         if isinstance(step, Run):
             try:
                 try:
@@ -380,11 +391,9 @@ class Client(BaseClient):
                 raise self._reply_error(step.name, e)
         for attempt in (0, 1):
             pipe = self.redis.pipeline(transaction=False)
-            self._fill(pipe, step.calls, keys, step.wait, step.tail)
+            self._fill(pipe, step.calls, keys, step.wait, step.tail, attempt == 1)
             replies = pipe.execute(raise_on_error=False)
             if attempt == 0 and self._noscript(replies):
-                for body in self._bodies.values():
-                    self.redis.script_load(body)
                 continue
             break
         return self._checked(step.name, replies, step.wait, len(step.tail), step.owed)

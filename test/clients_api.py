@@ -203,6 +203,24 @@ def handoff(res, label, client):
         res.check(label, False, repr(e))
 
 
+def quorum_seq(res, q, servers):
+    """A quorum's request is one request: the same seq on every master
+    (docs/protocol.md 4.1), for an acquisition and for a release."""
+    name = "api:qseq"
+    key = rw.lock_keys("rwlock", name)[0]
+    lk = q.write_lock(name)
+
+    def seqs():
+        return [s.redis().hget(key, "s:" + lk.owner) for s in servers]
+    lk.acquire(timeout=5)
+    got = seqs()
+    lk.release()
+    rel = seqs()
+    res.check("QuorumClient: one seq on every master for an acquisition (%s) and a "
+              "release (%s)" % (got, rel), None not in got and len(set(got)) == 1 and
+              len(set(rel)) == 1 and int(rel[0]) > int(got[0]))
+
+
 async def aio_quorum(res, q, servers):
     """AsyncClient.from_url(three URLs): an AsyncQuorumClient that hands a
     lock over, lets go of what a cancelled wait gets, and reports a loss."""
@@ -328,6 +346,7 @@ def main():
         q = rw.Client.from_url(urls["quorum"], max_lease=60.0)
         res.check("Client.from_url(three URLs) gives a QuorumClient", isinstance(q, rw.QuorumClient))
         handoff(res, "Client.from_url(quorum)", q)
+        quorum_seq(res, q, quorum)
 
         async def aio_urls():
             for label in ("redis", "unix", "cluster", "sentinel"):

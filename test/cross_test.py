@@ -15,10 +15,13 @@ picks; $RWLOCK_CROSS_REDIS_PORT to choose) and stops it at the end. Every SQL
 connection sets rwlock.redis_url to it. Prints "N passed, N failed" and the
 measured hand-off latencies; exits non-zero on a failure.
 """
+import asyncio
 import os
+import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 import redis
@@ -38,28 +41,178 @@ def python_only(srv, res):
     r = redis.Redis(port=srv.port)
     res.check("the scripts are found without lua_dir (%s)" % rw.default_lua_dir(),
               set(rw.load_scripts()) == set(rw.SCRIPTS))
-    lua3 = tempfile.mkdtemp(prefix="rwlock-lua3-")
+    other = tempfile.mkdtemp(prefix="rwlock-lua-other-")
     try:
         for f in rw.SCRIPTS:
             with open(os.path.join(ROOT, "lua", f + ".lua")) as src:
                 body = src.read()
-            with open(os.path.join(lua3, f + ".lua"), "w") as out:
-                out.write(body.replace("-- rwlock protocol 2:", "-- rwlock protocol 3:", 1))
+            with open(os.path.join(other, f + ".lua"), "w") as out:
+                out.write(body.replace("-- rwlock protocol 3:", "-- rwlock protocol 2:", 1))
         for cls in (rw.Client, rw.AsyncClient):
             try:
-                cls(r, lua_dir=lua3)
+                cls(r, lua_dir=other)
                 res.check("%s refuses scripts of another version" % cls.__name__, False)
             except rw.ProtocolVersionError:
                 res.check("%s refuses scripts of another version" % cls.__name__, True)
     finally:
-        shutil.rmtree(lua3, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
     read_lost(r, res)
+    sequence(r, res)
+    least_privilege(r, res)
+
+
+def acl_line():
+    """The arguments of the least-privilege ACL line of docs/connecting.md,
+    as documented ("ACL SETUSER rwlock on >s3cret ...")."""
+    with open(os.path.join(ROOT, "docs", "connecting.md")) as f:
+        m = re.search(r"^\s*ACL SETUSER rwlock (.*)$", f.read(), re.M)
+    return m.group(1).split()
+
+
+def least_privilege(r, res):
+    """The client as the documented least-privilege Redis user (no SCRIPT
+    LOAD, nothing in @admin or @dangerous): a hand-off to a waiter, an owed
+    release sent ahead of an acquisition after SCRIPT FLUSH (the pipeline's
+    NOSCRIPT path), deadlock detection (wait keys, waits.lua), sync and
+    asyncio."""
+    port = r.connection_pool.connection_kwargs["port"]
+    r.execute_command("ACL", "SETUSER", "rwlock", *acl_line())
+    kw = dict(port=port, username="rwlock", password="s3cret")
+    c = rw.Client(redis.Redis(**kw), deadlock_timeout=0.2)
+    name = "acl"
+    try:
+        a, b = c.write_lock(name), c.write_lock(name)
+        t1 = a.acquire(1)
+        threading.Timer(0.1, a.release).start()
+        t2 = b.acquire(5)
+        res.check("least privilege: a hand-off to a waiter", t2 > t1 and b.release())
+        r.script_flush()
+        c._owed.add(name, a.owner, "", 0)      # as if its release had been cut off
+        t3 = a.acquire(1)
+        res.check("least privilege: after SCRIPT FLUSH, an owed release goes ahead of "
+                  "an acquisition (no SCRIPT LOAD)", t3 > t2 and not c._owed and a.release())
+        a.acquire(1)
+        try:
+            b.acquire(5)            # the same thread holds it through a: a cycle
+            res.check("least privilege: deadlock detection", False, "no error")
+        except rw.DeadlockDetected as e:
+            res.check("least privilege: deadlock detection (%s)" % e, True)
+        a.release()
+    except Exception as e:      # noqa: BLE001 - reported as a failure
+        res.check("least privilege: the synchronous client", False, repr(e))
+
+    async def aio():
+        ac = rw.AsyncClient(redis.asyncio.Redis(**kw))
+        lk = ac.write_lock(name)
+        r.script_flush()
+        ac._owed.add(name, lk.owner, "", 0)
+        ok = await lk.acquire(1) > 0 and not ac._owed and await lk.release()
+        res.check("least privilege: asyncio, an owed release after SCRIPT FLUSH", ok)
+    try:
+        asyncio.run(aio())
+    except Exception as e:      # noqa: BLE001
+        res.check("least privilege: asyncio", False, repr(e))
+
+
+class Resending(redis.Redis):
+    """redis-py as its RedisCluster behaves after a connection error: a
+    command that ran is sent again (here: every call of the script whose
+    SHA1 is `sha`, twice, the second answer returned)."""
+
+    sha = None
+
+    def evalsha(self, sha, numkeys, *args):
+        first = super().evalsha(sha, numkeys, *args)
+        if sha == self.sha:
+            return super().evalsha(sha, numkeys, *args)
+        return first
+
+
+def sequence(r, res):
+    """Protocol 3's request order (docs/protocol.md 4.1), as the Python
+    client keeps it: every acquisition and release a newer seq, from one
+    counter for every owner id of the process; a renewal that a newer
+    request of its owner overtook is asked again, not a loss; a request
+    answered stale raises StaleRequestError and changes nothing; a copy of
+    a request that already ran (sent again by the Redis library) counts as
+    a lost answer."""
+    port = r.connection_pool.connection_kwargs["port"]
+    c = rw.Client(r, lease=0.6)
+    name = "cross-seq"
+    key = rw.lock_keys("rwlock", name)[0]
+
+    def seq_of(owner):
+        v = r.hget(key, "s:" + owner)
+        return None if v is None else int(v)
+    a = c.write_lock(name)
+    seen = []
+    for _ in range(3):
+        a.acquire(1)
+        seen.append(seq_of(a.owner))
+        a.release()
+        seen.append(seq_of(a.owner))
+    res.check("each acquisition and release of an owner records a newer seq %s" % seen,
+              all(y > x for x, y in zip(seen, seen[1:])) and seen[0] >= 1)
+    b = c.read_lock(name)
+    b.owner = a.owner                   # two Lock objects, one owner id
+    ok = b.try_acquire() and b.release()
+    a.acquire(1)
+    res.check("two Lock objects of one owner id go on from each other's seq",
+              ok and seq_of(a.owner) > seen[-1])
+
+    # A renewal that a newer request of the owner's overtook: asked again.
+    old = rw._protocol.SEQ.now()
+    newer = rw._protocol.SEQ.next()     # as an upgrade sent meanwhile
+    r.hset(key, "s:" + a.owner, newer)
+    res.check("a renewal overtaken by a newer request of its owner is asked again "
+              "as of it, and holds", c._renew(name, a.owner, 600, old) == 1)
+    lost = []
+    a.on_lost = lost.append
+    r.hset(key, "s:" + a.owner, 2 ** 52)    # another process runs the owner id
+    before = r.hgetall(key)
+    try:
+        a.renew()
+        res.check("a renewal older than a request this process never sent raises "
+                  "StaleRequestError", False, "no error")
+    except rw.StaleRequestError as e:
+        res.check("a renewal older than a request this process never sent raises "
+                  "StaleRequestError (%s)" % e, isinstance(e, rw.RWLockError))
+    res.check("  and changes nothing", {k: v for k, v in r.hgetall(key).items()} == before)
+    t0 = time.monotonic()
+    while not lost and time.monotonic() - t0 < 2:
+        time.sleep(0.05)
+    res.check("  the renewal thread takes it for a loss (on_lost, lost)",
+              lost == [a] and a.lost)
+    try:
+        a.release()
+        res.check("its release raises StaleRequestError", False, "no error")
+    except rw.StaleRequestError:
+        res.check("its release raises StaleRequestError, and changes nothing",
+                  r.hget(key, "w") == a.owner.encode() and not c._owed)
+    r.delete(key)
+
+    # A copy of an acquisition sent again after it ran: the answer is lost.
+    rr = Resending(port=port)
+    c2 = rw.Client(rr)
+    lk = c2.write_lock(name)
+    rr.script_load(c2._bodies["acquire"])     # EVALSHA runs it (no NOSCRIPT)
+    rr.sha = c2._shas["acquire"]
+    try:
+        lk.acquire(1)
+        res.check("an acquisition sent twice (the first ran) is a lost answer", False,
+                  "no error")
+    except redis.exceptions.ConnectionError as e:
+        res.check("an acquisition sent twice (the first ran) is a lost answer: "
+                  "ConnectionError (%s)" % e, "sent again" in str(e))
+    rr.sha = None
+    res.check("  what it may have granted is released (the lock is free)",
+              c2.info(name)["state"] == "free" and not lk.held, str(c2.info(name)))
+    res.check("  and it is taken again at once", lk.try_acquire() and lk.release())
 
 
 def read_lost(r, res):
     """An upgrade whose read lock Redis lost raises ReadLockLost (the lock is
     lost, nothing granted), in the synchronous and the asyncio client."""
-    import asyncio
     key = rw.lock_keys("rwlock", "cross-read-lost")[0]
     c = rw.Client(r)
     lock = c.read_lock("cross-read-lost")

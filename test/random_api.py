@@ -301,7 +301,7 @@ class Driver:
                 problems.append("%s: Redis has writer %s readers %s, the model writer %s "
                                 "readers %s" % (short(n), writer, sorted(readers),
                                                 mw[0] if mw else None, sorted(mr)))
-            if h and h.get(b"v") != b"2":
+            if h and h.get(b"v") != rw.PROTOCOL_VERSION.encode():
                 problems.append("%s: field v is %r" % (short(n), h.get(b"v")))
             if b"f" in h and ls.token_known and int(h[b"f"]) != ls.last_token:
                 problems.append("%s: Redis's last token %s, the model's %d"

@@ -43,6 +43,8 @@ def emit(msg, start=None):
 def error_kind(e):
     if isinstance(e, rw.ProtocolVersionError):
         return "version"
+    if isinstance(e, rw.StaleRequestError):
+        return "stale"
     if isinstance(e, rw.LockTimeout):
         return "timeout"
     if isinstance(e, rw.UpgradeConflict):

@@ -367,7 +367,7 @@ class Suite:
                      self.sharing, self.upgrade_downgrade, self.fifo,
                      self.readers_turn, self.fencing,
                      self.killed_holder, self.renewal, self.lost, self.noscript,
-                     self.version, self.owed_release, self.deadlock):
+                     self.version, self.stale, self.owed_release, self.deadlock):
             if self.srv.cluster and case == self.owed_release:
                 self.res.skip("owed_release", "its TCP proxy stands in front of one "
                               "server, and a cluster's redirections name the real nodes, "
@@ -776,47 +776,168 @@ class Suite:
         self.check("acquire after SCRIPT FLUSH%s (NOSCRIPT fallback)" % where, lk.try_() is True)
         self.check("release after SCRIPT FLUSH", lk.release() is True)
 
-    # protocol-version clash refused, both ways
+    # protocol-version clash refused, both ways (docs/protocol.md 2, 2.1): a
+    # lock held by a protocol 2 client (its own scripts, test/fixtures/
+    # protocol2) is refused to the client and to SQL, the client's lock is
+    # refused to protocol 2's scripts, held or free; a free protocol 2 lock
+    # is taken over, its token carried on; a protocol 1 client is refused too
     def version(self):
-        v1 = open(os.path.join(ROOT, "test", "fixtures", "protocol1", "acquire.lua")).read()
+        fixtures = os.path.join(ROOT, "test", "fixtures")
+        v2 = {s: open(os.path.join(fixtures, "protocol2", s + ".lua")).read()
+              for s in ("acquire", "release")}
+        v1 = open(os.path.join(fixtures, "protocol1", "acquire.lua")).read()
 
-        def v1_acquire(name, mode):
+        def v2_acquire(name, mode, owner="v2-client"):
+            # protocol 2's arguments: version, owner, mode, lease, mark, keep, held
             base = lock_keys(name)[0]
-            return self.r.eval(v1, 3, base, base + ":r", base + ":q",
-                               "1", "v1-client", mode, 30000, 0, 600000)
+            return self.r.eval(v2["acquire"], 2, base, base + ":q",
+                               "2", owner, mode, 30000, 0, 600000, "-")
 
-        def refused(name, mode):
+        def v2_release(name, owner="v2-client"):
+            base = lock_keys(name)[0]
+            return self.r.eval(v2["release"], 2, base, base + ":q", "2", owner, "", 0, 600000)
+
+        def refused(call, *args, speaks="2", keys="3"):
             try:
-                v1_acquire(name, mode)
+                call(*args)
                 return False, "(no error)"
             except redis.exceptions.ResponseError as e:
                 msg = str(e)
-                return (msg.startswith("RWLOCK_VERSION") and "protocol 2" in msg
-                        and "speaks 1" in msg), msg
+                return (msg.startswith("RWLOCK_VERSION") and "protocol %s" % keys in msg
+                        and "speaks %s" % speaks in msg), msg
 
         name = self.name("version")
         lk = self.a.lock(name, "w")
         lk.acquire(1)
-        self.check("a protocol 1 client is refused on the client's keys", *refused(name, "w"))
+        self.check("a protocol 2 client is refused on the client's lock",
+                   *refused(v2_acquire, name, "w"))
+        self.check("  and cannot release it", *refused(v2_release, name))
         lk.release()
-        self.check("  also once the lock is free (its token is kept)", *refused(name, "r"))
-        name = self.name("version1")
-        v1_acquire(name, "w")
+        self.check("  also once the lock is free (its token is kept)",
+                   *refused(v2_acquire, name, "r"))
+        self.check("a protocol 1 client is refused too",
+                   *refused(lambda: self.r.eval(
+                       v1, 3, lock_keys(name)[0], lock_keys(name)[0] + ":r",
+                       lock_keys(name)[1], "1", "v1-client", "w", 30000, 0, 600000),
+                       speaks="1"))
+        name = self.name("version2")
+        hkey = lock_keys(name)[0]
+        t2 = v2_acquire(name, "w")
+        self.check("a protocol 2 client holds a lock (v 2)",
+                   t2 > 0 and self.r.hget(hkey, "v") == b"2", str(self.r.hgetall(hkey)))
         for mode in ("w", "r"):
             try:
                 self.a.lock(name, mode).try_()
-                self.check("the client refuses protocol 1 keys (%s)" % mode, False, "(no error)")
+                self.check("the client refuses a held protocol 2 lock (%s)" % mode, False,
+                           "(no error)")
             except AgentError as e:
-                self.check("the client refuses protocol 1 keys (%s) with its version error"
-                           % mode, e.kind == "version" and "RWLOCK_VERSION" in str(e), str(e))
+                self.check("the client refuses a held protocol 2 lock (%s) with its version "
+                           "error" % mode, e.kind == "version" and "RWLOCK_VERSION" in str(e)
+                           and "protocol 2" in str(e) and "speaks 3" in str(e), str(e))
         try:
             q(self.s1, "SELECT redis_try_wlock(%s)", name)
-            self.check("SQL refuses protocol 1 keys", False)
+            self.check("SQL refuses a held protocol 2 lock", False)
         except psycopg2.Error as e:
             text = "%s %s %s" % (e.pgcode, e.pgerror, e.diag.message_detail)
-            self.check("SQL refuses protocol 1 keys, 55000 and Redis's message in the detail",
-                       e.pgcode == "55000" and "another rwlock protocol version" in e.pgerror
-                       and "RWLOCK_VERSION" in (e.diag.message_detail or ""), text)
+            self.check("SQL refuses a held protocol 2 lock, 55000 and Redis's message in the "
+                       "detail", e.pgcode == "55000" and "another rwlock protocol version"
+                       in e.pgerror and "RWLOCK_VERSION" in (e.diag.message_detail or ""), text)
+        self.check("the protocol 2 lock is as it was",
+                   self.r.hget(hkey, "v") == b"2" and self.r.hget(hkey, "w") == b"v2-client",
+                   str(self.r.hgetall(hkey)))
+        v2_release(name)
+        lk = self.a.lock(name, "w")
+        t3 = lk.acquire(1)
+        self.check("once free, the client takes the protocol 2 lock over (v 3), its token "
+                   "carried on", t3 > t2 and self.r.hget(hkey, "v") == b"3",
+                   "(%s then %s, %s)" % (t2, t3, self.r.hgetall(hkey)))
+        lk.release()
+        self.check("  and SQL shares it", q(self.s1, "SELECT redis_try_wlock(%s)", name) is True)
+        q(self.s1, "SELECT redis_unlock(%s)", name)
+
+    # a late request changes nothing (protocol 3, docs/protocol.md 4.1): an
+    # acquisition or release of an owner sent, on another connection, after
+    # a newer one of the same owner ran is answered RWLOCK_STALE and leaves
+    # the lock as it was; a client whose owner id another process uses (that
+    # process's requests newer) gets its stale error, and nothing changes
+    def stale(self):
+        check = self.check
+        acquire, release, renew = (open(os.path.join(ROOT, "lua", s + ".lua")).read()
+                                   for s in ("acquire", "release", "renew"))
+        name = self.name("stale")
+        hkey, qkey = lock_keys(name)[:2]
+        r1, r2 = self.srv.redis(), self.srv.redis()       # two connections
+        owner = "late:%s:%d" % (self.client, os.getpid())
+
+        def state():
+            h = self.r.hgetall(hkey)
+            return {k: v for k, v in h.items() if k not in (b"x",)}
+
+        def stale_reply(call):
+            try:
+                return "(no error: %r)" % (call(),)
+            except redis.exceptions.ResponseError as e:
+                return str(e)
+
+        t1 = r1.eval(acquire, 2, hkey, qkey, "3", owner, 10, "w", 30000, 0, 600000, "-")
+        check("a raw acquisition (seq 10) is granted", t1 > 0)
+        check("its release (seq 12) frees the lock", r1.eval(
+            release, 2, hkey, qkey, "3", owner, 12, "", 0, 600000) == 1)
+        before = state()
+        msg = stale_reply(lambda: r2.eval(acquire, 2, hkey, qkey, "3", owner, 11, "w",
+                                          30000, 0, 600000, "-"))
+        check("an acquisition with an older seq (11), arriving late on another connection, "
+              "is answered RWLOCK_STALE", msg.startswith("RWLOCK_STALE") and
+              "request 11" in msg and "not newer than 12" in msg, msg)
+        check("  and changes nothing", state() == before and self.r.zcard(qkey) == 0,
+              "%s -> %s" % (before, state()))
+        msg = stale_reply(lambda: r2.eval(acquire, 2, hkey, qkey, "3", owner, 12, "r",
+                                          30000, 0, 600000, "-"))
+        check("  the same seq again too", msg.startswith("RWLOCK_STALE") and state() == before,
+              msg)
+        msg = stale_reply(lambda: r2.eval(renew, 2, hkey, qkey, "3", owner, 11, 30000, 600000))
+        check("a renewal as of an older seq is answered RWLOCK_STALE",
+              msg.startswith("RWLOCK_STALE") and state() == before, msg)
+        check("SQL gets the lock", q(self.s1, "SELECT redis_try_wlock(%s)", name) is True)
+        before = state()
+        msg = stale_reply(lambda: r2.eval(release, 2, hkey, qkey, "3", owner, 11, "", 0, 600000))
+        check("a late release changes nothing either (SQL still holds)",
+              msg.startswith("RWLOCK_STALE") and state() == before and
+              q(self.s2, "SELECT redis_try_rlock(%s)", name) is False, msg)
+        q(self.s1, "SELECT redis_unlock(%s)", name)
+
+        # The client: another process runs newer requests of its owner id.
+        lk = self.a.lock(name, "w")
+        big = 2 ** 52
+        t2 = r1.eval(acquire, 2, hkey, qkey, "3", lk.owner, big, "w", 30000, 0, 600000, "-")
+        before = state()
+        try:
+            lk.try_()
+            check("the client's acquisition, older than its owner's newest, raises its stale "
+                  "error", False, "(no error)")
+        except AgentError as e:
+            check("the client's acquisition, older than its owner's newest, raises its stale "
+                  "error", e.kind == "stale" and "RWLOCK_STALE" in str(e), str(e))
+        check("  and changes nothing", state() == before and self.info(name)["token"] == t2,
+              "%s -> %s" % (before, state()))
+        r1.eval(release, 2, hkey, qkey, "3", lk.owner, big + 1, "", 0, 600000)
+        name2 = self.name("stale2")
+        hkey2, qkey2 = lock_keys(name2)[:2]
+        held = self.a.lock(name2, "r")
+        held.acquire(1)
+        r1.eval(release, 2, hkey2, qkey2, "3", held.owner, big, "", 0, 600000)
+        try:
+            held.release()
+            check("the client's release, older than its owner's newest, raises its stale "
+                  "error", False, "(no error)")
+        except AgentError as e:
+            check("the client's release, older than its owner's newest, raises its stale "
+                  "error", e.kind == "stale" and "RWLOCK_STALE" in str(e), str(e))
+        other = self.a.lock(name2, "w")
+        check("  and the name is free for the next holder", other.try_() is True)
+        other.release()
+        for c in (r1, r2):
+            c.close()
 
     # a release whose answer was lost is sent again before the name is taken again
     def owed_release(self):

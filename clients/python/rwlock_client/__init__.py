@@ -1,5 +1,5 @@
 """rwlock_client: distributed read/write locks in Redis, shared with the
-rwlock PostgreSQL extension (protocol version 2, docs/protocol.md of the
+rwlock PostgreSQL extension (protocol version 3, docs/protocol.md of the
 rwlock repository).
 
     import redis
@@ -25,14 +25,19 @@ rwlock.redis_url lists several URLs (rwlock_client.quorum).
 A Lock object is one holder (one owner id) and is meant for one thread at a
 time. Leases are renewed every third of the lease until release(). A release
 whose answer did not come is owed: it is sent again, on the same connection
-just ahead of the next acquisition of that name.
+just ahead of the next acquisition of that name. Every acquisition and
+release carries its owner's next request number (one counter per process),
+so that one cut off in flight and run late by Redis changes nothing; a
+stale answer to a request the client waits for raises StaleRequestError
+(another process uses the same owner id).
 """
 from typing import TYPE_CHECKING
 
 from ._protocol import (INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, PROTOCOL_VERSION, SCRIPTS,
                         AlreadyHeld, Deadlock, DeadlockDetected, LockLost, LockTimeout, NotHeld,
                         ProtocolVersionError, ReadLockLost, ReplicasNotAcknowledged,
-                        RWLockError, UpgradeConflict, default_lua_dir, encode_name,
+                        RWLockError, StaleRequestError, UpgradeConflict, default_lua_dir,
+                        encode_name,
                         load_scripts, lock_keys)
 from ._sync import Client, Lock, sentinel_redis
 from .quorum import AsyncQuorumClient, QuorumClient
@@ -54,6 +59,7 @@ __all__ = [
     "Client", "Lock", "AsyncClient", "AsyncLock", "RWLockError",
     "ProtocolVersionError", "LockTimeout", "UpgradeConflict", "Deadlock", "DeadlockDetected",
     "LockLost", "ReadLockLost", "NotHeld", "AlreadyHeld", "ReplicasNotAcknowledged",
+    "StaleRequestError",
     "lock_keys", "encode_name", "sentinel_redis",
     "load_scripts", "default_lua_dir", "QuorumClient", "AsyncQuorumClient",
 ]

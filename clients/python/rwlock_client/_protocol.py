@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 # The protocol this client speaks; sent as ARGV[1] of every script and checked
 # against the header ("-- rwlock protocol N: ...") of each script loaded.
-PROTOCOL_VERSION = "2"
+PROTOCOL_VERSION = "3"
 
 INTENT_MS = 2000          # lease of a waiting caller's mark (as the SQL side)
 KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
@@ -24,7 +24,7 @@ POLL_S = 0.05             # sleep between tries when subscribing failed
 # fence: quorum mode; waits, mark: deadlock detection (docs/protocol.md 18)
 SCRIPTS = ("acquire", "release", "renew", "info", "fence", "waits", "mark")
 
-# acquire.lua ARGV[7]: what the caller already holds of the name.
+# acquire.lua ARGV[8]: what the caller already holds of the name.
 HOLDS_READ = "r"          # its read lock: this acquisition is an upgrade
 HOLDS_NOTHING = "-"       # nothing: a read field of this owner left in Redis is stale
 
@@ -35,6 +35,14 @@ class RWLockError(Exception):
 
 class ProtocolVersionError(RWLockError):
     """The lock's keys in Redis, or the scripts, speak another protocol version."""
+
+
+class StaleRequestError(RWLockError):
+    """Redis had already run a newer request of this owner id on the lock
+    (RWLOCK_STALE, docs/protocol.md 4.1): the request changed nothing. This
+    client's requests of one owner id go one at a time and are numbered by
+    one counter per process, so another process (or another copy of this
+    one) uses the same owner id: a bug, never a reason to retry."""
 
 
 class LockTimeout(RWLockError, TimeoutError):
@@ -117,6 +125,44 @@ def version_error(name: str, exc: Exception) -> Optional[ProtocolVersionError]:
     return ProtocolVersionError(
         "lock %r is kept in another rwlock protocol version than this "
         "client's (%s): %s" % (name, PROTOCOL_VERSION, msg))
+
+
+# "RWLOCK_STALE <hash> request <seq> of <owner> is not newer than <s:owner>"
+# (acquire.lua, release.lua); renew.lua and fence.lua say "renewal" or
+# "fence" and "is older than".
+_STALE = re.compile(r"RWLOCK_STALE .* (request|renewal|fence) (\d+) of .* "
+                    r"is (?:not newer|older) than (\d+)\s*$", re.S)
+
+
+def is_stale(exc: object) -> bool:
+    """Whether an error reply is RWLOCK_STALE."""
+    return "RWLOCK_STALE" in str(exc)
+
+
+def is_repeat(exc: object) -> bool:
+    """Whether an error reply says RWLOCK_STALE of an acquisition or release
+    whose own seq is the newest Redis ran: the request ran already, and this
+    is a copy of it sent again (redis-py's RedisCluster sends a command
+    again after a connection error, though it may have run): what it
+    answered is lost, as if the connection had failed."""
+    m = _STALE.search(str(exc))
+    return bool(m) and m.group(1) == "request" and m.group(2) == m.group(3)
+
+
+def stale_error(name: str, exc: Exception) -> Optional[StaleRequestError]:
+    """The StaleRequestError for a Redis error reply RWLOCK_STALE, else None."""
+    if not is_stale(exc):
+        return None
+    return StaleRequestError(
+        "lock %r: Redis had already run a newer request of this owner id; "
+        "this one changed nothing. Another process uses the same owner id "
+        "(owner ids must be unique): %s" % (name, exc))
+
+
+def script_error(name: str, exc: Exception) -> Optional[RWLockError]:
+    """This package's error for a script's error reply (RWLOCK_VERSION,
+    RWLOCK_STALE), else None (Redis's own errors are raised as they are)."""
+    return version_error(name, exc) or stale_error(name, exc)
 
 
 def encode_name(name: str) -> str:
@@ -241,18 +287,51 @@ def ms(seconds: float) -> int:
     return max(1, int(round(seconds * 1000)))
 
 
-def acquire_args(owner: str, mode: str, lease_ms: int, intent_ms: int,
+def acquire_args(owner: str, seq: int, mode: str, lease_ms: int, intent_ms: int,
                  upgrade: bool) -> list:
-    return [PROTOCOL_VERSION, owner, mode, lease_ms, intent_ms, KEEP_TOKEN_MS,
+    return [PROTOCOL_VERSION, owner, seq, mode, lease_ms, intent_ms, KEEP_TOKEN_MS,
             HOLDS_READ if upgrade else HOLDS_NOTHING]
 
 
-def release_args(owner: str, keep: str, lease_ms: int = 0) -> list:
-    return [PROTOCOL_VERSION, owner, keep, lease_ms, KEEP_TOKEN_MS]
+def release_args(owner: str, seq: int, keep: str, lease_ms: int = 0) -> list:
+    return [PROTOCOL_VERSION, owner, seq, keep, lease_ms, KEEP_TOKEN_MS]
 
 
-def renew_args(owner: str, lease_ms: int) -> list:
-    return [PROTOCOL_VERSION, owner, lease_ms, KEEP_TOKEN_MS]
+def renew_args(owner: str, seq: int, lease_ms: int) -> list:
+    return [PROTOCOL_VERSION, owner, seq, lease_ms, KEEP_TOKEN_MS]
+
+
+def fence_args(owner: str, seq: int, token: int) -> list:
+    # The token as a decimal string: fence.lua stores it as sent.
+    return [PROTOCOL_VERSION, owner, seq, str(token)]
+
+
+class Sequence:
+    """The request sequence of this process's owner ids (docs/protocol.md
+    4.1): every acquire.lua and release.lua call takes next(), a number
+    larger than every one taken before, so that Redis can tell a request
+    that arrives late (cut off in flight, held by a proxy, sent again) from
+    the owner's newest, and runs it as a no-op. One counter for every owner
+    id of the process: it never goes back for any of them, whichever Lock
+    object (two may share an owner id), thread, event loop or quorum member
+    sends the request. Renewals and fences carry now(): they are checked
+    against the newest request Redis ran, never recorded."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._mutex = threading.Lock()
+
+    def next(self) -> int:
+        with self._mutex:
+            self._n += 1
+            return self._n
+
+    def now(self) -> int:
+        with self._mutex:
+            return self._n
+
+
+SEQ = Sequence()
 
 
 # What _acquire answers: (GRANTED, token), (BUSY, ms to sleep at most),
@@ -360,7 +439,8 @@ def is_sentinel_url(url: str) -> bool:
 class OwedReleases:
     """Releases whose answer was not received (docs/protocol.md 12): each is
     sent again, ahead of the next acquisition of its name, before that name is
-    taken again. Keyed by name, then owner: (keep, lease ms)."""
+    taken again, as a new request (a new seq: the one cut off, should it
+    still arrive, is then stale). Keyed by name, then owner: (keep, lease ms)."""
 
     def __init__(self) -> None:
         self._owed: Dict[str, Dict[str, Tuple[str, int]]] = {}
@@ -457,7 +537,7 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
               ) -> Generator[Step, object, bool]:
     """Take the lock: True once granted (granted(token, sent) called), False
     when the time ran out. Raises UpgradeConflict, ReplicasNotAcknowledged,
-    ReadLockLost, DeadlockDetected. With deadlock_timeout (s), a wait that
+    ReadLockLost, DeadlockDetected, StaleRequestError. With deadlock_timeout (s), a wait that
     lasts that long says in Redis what it waits for, again every
     deadlock_timeout, so that deadlocks through it are found
     (docs/protocol.md 18); with walker (walker(nonce): a walk_plan of this
@@ -556,8 +636,10 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
                 subscribed = False          # the subscription broke: again
     except GeneratorExit:
         raise
-    except BaseException:
-        if not done:
+    except BaseException as e:
+        # A stale answer: another user of this owner id ran a newer request
+        # here; ours changed nothing, and an undo would act on its behalf.
+        if not done and not isinstance(e, StaleRequestError):
             # Interrupted, or the connection failed with a call in flight:
             # undo whatever may have been granted, withdraw the intent.
             try:

@@ -54,12 +54,16 @@ class Run:
 class Pipe:
     """Several script calls (and WAIT) in one round trip, on one connection,
     in order: (replies, acks or None). tail: raw commands sent after them
-    (as ("INFO", "server")), their replies then a third item."""
-    __slots__ = ("name", "calls", "wait", "tail")
+    (as ("INFO", "server")), their replies then a third item. owed: how many
+    of the first calls are owed releases, for which a stale answer
+    (RWLOCK_STALE) is an answer, 0: a newer request of their owner ran, so
+    nothing they were to release is left."""
+    __slots__ = ("name", "calls", "wait", "tail", "owed")
 
     def __init__(self, name: str, calls: Sequence[Call], wait: bool,
-                 tail: Sequence[Sequence[Any]] = ()) -> None:
+                 tail: Sequence[Sequence[Any]] = (), owed: int = 0) -> None:
         self.name, self.calls, self.wait, self.tail = name, calls, wait, tail
+        self.owed = owed
 
 
 class BaseClient:
@@ -169,9 +173,17 @@ class BaseClient:
         return list(p.lock_keys(self.prefix, name)[:2])
 
     def _fill(self, pipe: Any, calls: Sequence[Call], keys: List[str], wait: bool,
-              tail: Sequence[Sequence[Any]] = ()) -> None:
+              tail: Sequence[Sequence[Any]] = (), bodies: bool = False) -> None:
+        """Queue the calls on pipe: EVALSHA, or with bodies EVAL (after a
+        NOSCRIPT: it caches the script too, and needs no SCRIPT LOAD, which
+        the least-privilege user of docs/connecting.md lacks). Sent again,
+        a call that ran the first time is stale (the same seq): nothing
+        runs twice."""
         for script, args in calls:
-            pipe.evalsha(self._shas[script], 2, *keys, *args)
+            if bodies:
+                pipe.eval(self._bodies[script], 2, *keys, *args)
+            else:
+                pipe.evalsha(self._shas[script], 2, *keys, *args)
         if wait:
             pipe.execute_command("WAIT", self.wait_replicas,
                                  max(1, int(self.wait_replicas_timeout * 1000)))
@@ -182,12 +194,28 @@ class BaseClient:
     def _noscript(replies: Sequence[Any]) -> bool:
         return any(isinstance(r, redis.exceptions.NoScriptError) for r in replies)
 
-    def _checked(self, name: str, replies: Sequence[Any], wait: bool, tail: int = 0):
+    @staticmethod
+    def _reply_error(name: str, e: Exception) -> Exception:
+        """What to raise for a script's error reply e: ProtocolVersionError,
+        StaleRequestError, or a ConnectionError for a stale answer to a copy
+        of our own request that ran already (its answer is lost), else e."""
+        if p.is_repeat(e):
+            return redis.exceptions.ConnectionError(
+                "rwlock: a request on lock %r was sent again after it had run "
+                "(its answer is lost): %s" % (name, e))
+        return p.script_error(name, e) or e
+
+    def _checked(self, name: str, replies: Sequence[Any], wait: bool, tail: int = 0,
+                 owed: int = 0):
         """(script replies, acks or None), and with tail the last `tail`
-        replies as a third item; raises the first error reply."""
+        replies as a third item; raises the first error reply, but for a
+        stale answer to one of the first `owed` calls (owed releases),
+        which counts as 0."""
+        replies = [0 if i < owed and isinstance(r, Exception) and p.is_stale(r) else r
+                   for i, r in enumerate(replies)]
         for r in replies:
             if isinstance(r, Exception):
-                raise p.version_error(name, r) or r
+                raise self._reply_error(name, r)
         if tail:
             return self._checked(name, replies[:-tail], wait) + (list(replies[-tail:]),)
         if wait:
@@ -213,21 +241,32 @@ class BaseClient:
         return p.parse_info((yield Run("info", name, [PROTOCOL_VERSION])))
 
     def _acquire_g(self, name: str, owner: str, mode: str, lease_ms: int,
-                   intent_ms: int, upgrade: bool = False, tail: Sequence[Sequence[Any]] = ()):
+                   intent_ms: int, upgrade: bool = False, tail: Sequence[Sequence[Any]] = (),
+                   seq: Optional[int] = None, owed_seq: Optional[int] = None):
         """acquire.lua: its outcome (acquire_outcome); with tail (raw commands
-        sent after it in the same round trip), (outcome, their replies)."""
-        args = p.acquire_args(owner, mode, lease_ms, intent_ms, upgrade)
+        sent after it in the same round trip), (outcome, their replies).
+        seq: the request's (default: the next); owed_seq: that of the owed
+        releases sent first, below seq (default: the next, before seq's)."""
         owed = self._owed.get(name)
+        if owed:
+            # New requests, older than the acquisition (an owed release may
+            # be its owner's own).
+            owed_seq = owed_seq or p.SEQ.next()
         if owed and not self._pipelines:
             for o, keep, lm in owed:
-                yield from self._release_g(name, o, keep, lm)   # each answered first
+                # Each answered first; a stale one: nothing older is left.
+                try:
+                    yield from self._release_g(name, o, keep, lm, owed_seq)
+                except p.StaleRequestError:
+                    self._owed.done(name, [o])
             owed = []
+        args = p.acquire_args(owner, seq or p.SEQ.next(), mode, lease_ms, intent_ms, upgrade)
         wait = self.wait_replicas > 0
         out: Any = None
         if owed or wait or tail:
             # Owed releases of this name go first, on the same connection.
-            calls = [("release", p.release_args(o, k, lm)) for o, k, lm in owed]
-            out = yield Pipe(name, calls + [("acquire", args)], wait, tail)
+            calls = [("release", p.release_args(o, owed_seq, k, lm)) for o, k, lm in owed]
+            out = yield Pipe(name, calls + [("acquire", args)], wait, tail, len(calls))
             replies, acks = out[0], out[1]
             self._owed.done(name, [o for o, _, _ in owed])
             reply = replies[-1]
@@ -236,11 +275,14 @@ class BaseClient:
         outcome = p.acquire_outcome(reply, acks, self.wait_replicas)
         return (outcome, out[2]) if tail else outcome
 
-    def _release_g(self, name: str, owner: str, keep: str, lease_ms: int = 0):
-        """release.lua; one whose answer does not come is owed."""
+    def _release_g(self, name: str, owner: str, keep: str, lease_ms: int = 0,
+                   seq: Optional[int] = None):
+        """release.lua (seq: the request's, default the next); one whose
+        answer does not come is owed."""
+        args = p.release_args(owner, seq or p.SEQ.next(), keep, lease_ms)
         try:
-            held = int((yield Run("release", name, p.release_args(owner, keep, lease_ms))))
-        except (GeneratorExit, ProtocolVersionError):
+            held = int((yield Run("release", name, args)))
+        except (GeneratorExit, ProtocolVersionError, p.StaleRequestError):
             raise
         except BaseException:
             self._owed.add(name, owner, keep, lease_ms)
@@ -249,17 +291,29 @@ class BaseClient:
             self._owed.done(name, [owner])
         return held
 
-    def _renew_g(self, name: str, owner: str, lease_ms: int):
-        args = p.renew_args(owner, lease_ms)
-        if self.wait_replicas > 0:
-            (held,), acks = yield Pipe(name, [("renew", args)], True)
+    def _renew_g(self, name: str, owner: str, lease_ms: int, seq: Optional[int] = None):
+        """renew.lua, as of seq (default: the newest request sent, SEQ.now()).
+        A stale answer is no loss: a request of the owner's sent since ran
+        first (an upgrade, say), and the renewal is asked again as of it."""
+        seq = seq or p.SEQ.now()
+        while True:
+            args = p.renew_args(owner, seq, lease_ms)
+            try:
+                if self.wait_replicas <= 0:
+                    return int((yield Run("renew", name, args)))
+                (held,), acks = yield Pipe(name, [("renew", args)], True)
+            except p.StaleRequestError:
+                newer = p.SEQ.now()
+                if newer <= seq:
+                    raise           # newer than any we sent: not ours
+                seq = newer
+                continue
             if acks < self.wait_replicas and time.monotonic() - self._unacked_logged > 10:
                 # Not a loss: the master has the renewal; the next asks again.
                 self._unacked_logged = time.monotonic()
                 log.warning("rwlock: a renewal of %r was acknowledged by %d of "
                             "the %d replicas asked for", name, acks, self.wait_replicas)
             return int(held)
-        return int((yield Run("renew", name, args)))
 
 
 class Client(BaseClient):
@@ -319,9 +373,12 @@ class Client(BaseClient):
         """Run a Run or a Pipe."""
         keys = getattr(step, "keys", None) or self._keys(step.name)
         if self._preload:
-            for body in self._bodies.values():
-                self.redis.script_load(body)
             self._preload = False
+            try:
+                for body in self._bodies.values():
+                    self.redis.script_load(body)
+            except redis.exceptions.NoPermissionError:
+                pass        # no SCRIPT LOAD (least privilege): EVAL after NOSCRIPT
         if isinstance(step, Run):
             try:
                 try:
@@ -331,17 +388,15 @@ class Client(BaseClient):
                     return self.redis.eval(self._bodies[step.script], len(keys), *keys,
                                            *step.args)
             except redis.exceptions.ResponseError as e:
-                raise p.version_error(step.name, e) or e
+                raise self._reply_error(step.name, e)
         for attempt in (0, 1):
             pipe = self.redis.pipeline(transaction=False)
-            self._fill(pipe, step.calls, keys, step.wait, step.tail)
+            self._fill(pipe, step.calls, keys, step.wait, step.tail, attempt == 1)
             replies = pipe.execute(raise_on_error=False)
             if attempt == 0 and self._noscript(replies):
-                for body in self._bodies.values():
-                    self.redis.script_load(body)
                 continue
             break
-        return self._checked(step.name, replies, step.wait, len(step.tail))
+        return self._checked(step.name, replies, step.wait, len(step.tail), step.owed)
 
 
     def _subscribe(self, channel: str):
@@ -658,7 +713,9 @@ class Lock(LockState):
                 ok = self._renew_locked()
                 if ok:
                     renewer.schedule(self, interval)
-            except ProtocolVersionError as e:
+            except (ProtocolVersionError, p.StaleRequestError) as e:
+                # Not ours to renew: keys of another version, or another
+                # user of this owner id ran newer requests on the lock.
                 log.warning("rwlock: renewing %r failed: %s", self.name, e)
                 self._lost, ok = True, False
             except redis.exceptions.RedisError as e:

@@ -86,9 +86,12 @@ class AsyncClient(BaseClient):
         """Run a Run or a Pipe (as Client._io, with await)."""
         keys = getattr(step, "keys", None) or self._keys(step.name)
         if self._preload:
-            for body in self._bodies.values():
-                await self.redis.script_load(body)
             self._preload = False
+            try:
+                for body in self._bodies.values():
+                    await self.redis.script_load(body)
+            except redis.exceptions.NoPermissionError:
+                pass        # no SCRIPT LOAD (least privilege): EVAL after NOSCRIPT
         if isinstance(step, Run):
             try:
                 try:
@@ -98,17 +101,15 @@ class AsyncClient(BaseClient):
                     return await self.redis.eval(self._bodies[step.script], len(keys),
                                                  *keys, *step.args)
             except redis.exceptions.ResponseError as e:
-                raise p.version_error(step.name, e) or e
+                raise self._reply_error(step.name, e)
         for attempt in (0, 1):
             pipe = self.redis.pipeline(transaction=False)
-            self._fill(pipe, step.calls, keys, step.wait)
+            self._fill(pipe, step.calls, keys, step.wait, (), attempt == 1)
             replies = await pipe.execute(raise_on_error=False)
             if attempt == 0 and self._noscript(replies):
-                for body in self._bodies.values():
-                    await self.redis.script_load(body)
                 continue
             break
-        return self._checked(step.name, replies, step.wait)
+        return self._checked(step.name, replies, step.wait, 0, step.owed)
 
 
     _node_redis: Optional["aredis.Redis"] = None
@@ -293,7 +294,9 @@ class AsyncLock(LockState):
                 ok = await self._renew_locked()
                 if ok:
                     self._schedule(interval)
-            except ProtocolVersionError as e:
+            except (ProtocolVersionError, p.StaleRequestError) as e:
+                # Not ours to renew: keys of another version, or another
+                # user of this owner id ran newer requests on the lock.
                 log.warning("rwlock: renewing %r failed: %s", self.name, e)
                 self._lost, ok = True, False
             except redis.exceptions.RedisError as e:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import redis
 
 from . import _protocol as p
-from ._protocol import BUSY, CONFLICT, GRANTED, PROTOCOL_VERSION, READ_LOST
+from ._protocol import BUSY, CONFLICT, GRANTED, READ_LOST
 from ._sync import Client, Run
 
 __all__ = ["QuorumClient", "AsyncQuorumClient", "SPLIT_PAUSE_MS"]
@@ -192,12 +192,15 @@ class QuorumClient(Client):
             int(info.get("uptime_in_seconds", 0)) >= self.max_lease + 1
 
     def _vote(self, i: int, name: str, owner: str, mode: str, lease_ms: int,
-              intent_ms: int, upgrade: bool) -> Vote:
+              intent_ms: int, upgrade: bool, seq: int, owed_seq: int) -> Vote:
         """Member i's answer, its INFO server read in the same round trip
-        (behind the releases it owes for name, as any acquisition)."""
+        (behind the releases it owes for name, as any acquisition). seq:
+        the acquisition's, the same on every member; owed_seq: that of the
+        owed releases, below it."""
         try:
             (status, value), (info,) = self.members[i]._acquire(
-                name, owner, mode, lease_ms, intent_ms, upgrade, (("INFO", "server"),))
+                name, owner, mode, lease_ms, intent_ms, upgrade, (("INFO", "server"),),
+                seq, owed_seq)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
             return None, e, False
         return status, value, status == CONFLICT or self._counts(i, info)
@@ -206,7 +209,7 @@ class QuorumClient(Client):
               mode: str, lease_ms: int) -> None:
         """Release what members granted (or may have); after a split vote a
         writer gives up its places in every queue (they may disagree in a
-        cycle)."""
+        cycle). One request, the same seq on every member."""
         keeps: Dict[int, str] = {}
         for i, (status, _, _) in enumerate(votes):
             if status in (GRANTED, None):
@@ -214,9 +217,11 @@ class QuorumClient(Client):
             elif status == BUSY and split and mode == "w":
                 keeps[i] = "q"
 
+        seq = p.SEQ.next()
+
         def undo(i: int) -> None:
             try:
-                self.members[i]._release(name, owner, keeps[i], lease_ms)
+                self.members[i]._release(name, owner, keeps[i], lease_ms, seq)
             except redis.exceptions.RedisError:
                 pass    # owed to that member; its lease frees it meanwhile
         self._all(undo, keeps)
@@ -224,9 +229,13 @@ class QuorumClient(Client):
     def _acquire(self, name: str, owner: str, mode: str, lease_ms: int,
                  intent_ms: int, upgrade: bool = False) -> Tuple[int, Any]:
         lease_ms = min(lease_ms, p.ms(self.max_lease))
+        # One request, one seq on every member (docs/protocol.md 4.1); the
+        # releases members owe for name go before it, with one below it.
+        owed_seq = p.SEQ.next()
+        seq = p.SEQ.next()
         start = time.monotonic()
         votes = self._all(lambda i: self._vote(i, name, owner, mode, lease_ms,
-                                               intent_ms, upgrade))
+                                               intent_ms, upgrade, seq, owed_seq))
 
         def in_time() -> bool:
             return lease_ms / 1000.0 * (1 - self.drift) - (time.monotonic() - start) - 0.002 > 0
@@ -235,8 +244,8 @@ class QuorumClient(Client):
         conflict = next((v[1] for v in votes if v[0] == CONFLICT), None)
         if conflict is None and len(counted) >= self.majority and in_time():
             token = max(votes[i][1] for i in granted)
-            if mode == "r" or (self._fence(name, owner, token, votes, granted) >= self.majority
-                               and in_time()):
+            if mode == "r" or (self._fence(name, owner, seq, token, votes, granted)
+                               >= self.majority and in_time()):
                 return GRANTED, token
         self._undo(name, owner, votes, "r" if upgrade else "", bool(granted), mode, lease_ms)
         if conflict is not None:
@@ -254,18 +263,18 @@ class QuorumClient(Client):
             return BUSY, random.randint(*SPLIT_PAUSE_MS)
         return BUSY, min((v[1] for v in votes if v[0] == BUSY), default=1)
 
-    def _fence(self, name: str, owner: str, token: int, votes: List[Vote],
+    def _fence(self, name: str, owner: str, seq: int, token: int, votes: List[Vote],
                granted: List[int]) -> int:
-        """Raise the token on the granting members below it; how many of
-        those that count have it now."""
+        """Raise the token on the granting members below it (fence.lua, as
+        of the acquisition's seq); how many of those that count have it now."""
         def has(i: int) -> bool:
             if votes[i][1] >= token:
                 return True
             try:
                 return int(self.members[i]._io(Run(
-                    "fence", name, [PROTOCOL_VERSION, owner, str(token)]))) == 1
-            except redis.exceptions.RedisError:
-                return False
+                    "fence", name, p.fence_args(owner, seq, token)))) == 1
+            except (redis.exceptions.RedisError, p.RWLockError):
+                return False        # stale: a newer request of the owner's ran there
         return sum(1 for i, ok in zip(granted, self._all(has, granted))
                    if ok and votes[i][2])
 
@@ -294,12 +303,15 @@ class QuorumClient(Client):
             % (len(answers), what))
 
     def _release(self, name: str, owner: str, keep: str, lease_ms: int = 0) -> int:
-        return self._count(self._each(lambda m: m._release(name, owner, keep, lease_ms)),
+        seq = p.SEQ.next()          # one request: the same seq on every member
+        return self._count(self._each(lambda m: m._release(name, owner, keep, lease_ms, seq)),
                            "release")
 
     def _renew(self, name: str, owner: str, lease_ms: int) -> int:
         lease_ms = min(lease_ms, p.ms(self.max_lease))
-        return self._count(self._each(lambda m: m._renew(name, owner, lease_ms)), "renewal")
+        seq = p.SEQ.now()           # each member asks again as of a newer one if stale
+        return self._count(self._each(lambda m: m._renew(name, owner, lease_ms, seq)),
+                           "renewal")
 
     def _subscribe(self, channel: str) -> Optional[_QuorumPubSub]:
         subs = [ps for ps in (m._subscribe(channel) for m in self.members) if ps]

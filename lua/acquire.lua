@@ -87,8 +87,8 @@ if s and (#seq < #s or (#seq == #s and seq <= s)) then
                            owner .. ' is not newer than ' .. s)
 end
 -- A new owner in a hash that has grown by half since its last pruning:
--- owners that hold and wait for nothing lose their s: fields (prune.lua's
--- rule, docs/protocol.md 3.4), so the hash stays as large as its users.
+-- owners that hold and wait for nothing lose their s: fields (the rule of
+-- docs/protocol.md 3.4), so the hash stays as large as its users.
 if not h[7] and h[1] then
   local len = redis.call('HLEN', hash)
   if len >= 48 then
@@ -183,7 +183,7 @@ local n, rm, x, z = tonumber(h[4] or 0), tonumber(g[1] or 0), tonumber(h[5] or 0
 local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
 local myread, myintent = tonumber(g[7] or 0), g[6] and tonumber(g[6])
 
--- An upgrade (ARGV[7] "r") whose reader field is gone or lapsed: the read
+-- An upgrade (ARGV[8] "r") whose reader field is gone or lapsed: the read
 -- lock was lost (its lease ran out, or Redis lost it). Said so, and nothing
 -- changes: never granted as if the read had been held throughout. The
 -- caller reports the loss and, if it still wants the lock, asks again

@@ -9,7 +9,7 @@
 -- ARGV[4]  token: the highest token the nodes of a majority granted
 --
 -- Returns 1 when the owner holds the write lock here: the last write token
--- (field f) is now at least ARGV[3]; 0 when it does not (nothing changed).
+-- (field f) is now at least ARGV[4]; 0 when it does not (nothing changed).
 -- A client that took the write lock on a majority of independent masters
 -- raises the token on them to the largest any of them returned before it
 -- uses that token: every later majority meets this one, so every later

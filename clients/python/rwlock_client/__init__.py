@@ -63,4 +63,4 @@ __all__ = [
     "lock_keys", "encode_name", "sentinel_redis",
     "load_scripts", "default_lua_dir", "QuorumClient", "AsyncQuorumClient",
 ]
-__version__ = "1.1.0"
+__version__ = "1.2.0"

@@ -21,7 +21,9 @@
  *	               walk of the wait-for graph after deadlock_timeout, the
  *	               victim; blockers for redis_blocking_pids
  *	  release.c    releases owed to Redis: sent and unanswered, to send
- *	               again; settled before a name is taken again
+ *	               again (a new request each time: a cut-off copy that
+ *	               arrives late is stale); settled before a name is taken
+ *	               again
  *	  renew.c      when and how a session renews its own leases
  *	  holds.c      the session's table of holds, what the keeper is shown,
  *	               warnings kept for a safe moment
@@ -42,7 +44,8 @@
  *	               a redis+cluster:// node (rw_cluster_attach), and its
  *	               resolver (ep->resolve) names a node of the cluster when
  *	               redis_conn.c connects the node's own connections
- *	  protocol.c   one C function per Lua script
+ *	  protocol.c   one C function per Lua script; the owner's request
+ *	               sequence that makes a late command a no-op (protocol 3)
  *	  scripts.c    the embedded scripts (lua_scripts.c) and EVALSHA/EVAL
  *	  sentinel.c   where a Sentinel-monitored master is now: asks the
  *	               sentinels, each through redis_conn.c on a plain
@@ -52,7 +55,8 @@
  *	  redis_conn.c one connection: socket, hiredis codec, waits through the
  *	               latch, deadlines, interrupts; what a new connection
  *	               checks (ROLE of a Sentinel-named master before AUTH, an
- *	               evicting maxmemory-policy, the lock channels' ACL)
+ *	               evicting maxmemory-policy from INFO, the lock channels'
+ *	               ACL)
  *	  resolve.c    host names looked up without blocking (getaddrinfo_a)
  *	  errors.c     what a failure means in SQLSTATEs; rw_raise
  *	  tls.c        TLS on that socket (OpenSSL): contexts, handshake,

@@ -18,12 +18,13 @@
  *
  * The wait-for graph (docs/protocol.md section 18). Once a wait has lasted
  * deadlock_timeout the waiter says in Redis what it waits for: the key
- * <prefix>:wait:{<owner>} holds "2 <mode> <nonce> <lock key>", with a time
- * to live of a few deadlock_timeouts, written again (SET ... GET) once per
- * deadlock_timeout while the wait lasts; the GET answers whether another
- * waiter marked it as the victim of a deadlock meanwhile (mark.lua). Then
- * it walks, once: waits.lua on the lock it waits for names its blockers
- * (holders, and writers queued ahead); the wait key of each says what that
+ * <prefix>:wait:{<owner>} holds "3 <mode> <nonce> <lock key>" (3 is the
+ * protocol version, RW_PROTOCOL_VERSION), with a time to live of a few
+ * deadlock_timeouts, written again (SET ... GET) once per deadlock_timeout
+ * while the wait lasts; the GET answers whether another waiter marked it as
+ * the victim of a deadlock meanwhile (mark.lua). Then it walks, once:
+ * waits.lua on the lock it waits for names its blockers (holders, and
+ * writers queued ahead); the wait key of each says what that
  * one waits for, and waits.lua there checks that it really does (its intent
  * or mark is live: a key left by a wait that ended or a lapsed lease is no
  * edge); and so on, hop by hop, each lock asked on the node that serves
@@ -348,11 +349,11 @@ dl_keys_of(const char *key, RwKeys *keys)
 }
 
 /*
- * Parse a wait key's value "2 <r|w> <nonce>[@<owner>] <lock key>": false if
- * it is of another protocol version (ignored: no edge), marked, or
- * malformed. *as: the owner after '@', which waits in the lock on behalf
- * of the key's owner (a client's task holding with one owner id and
- * waiting with another); else NULL.
+ * Parse a wait key's value "3 <r|w> <nonce>[@<owner>] <lock key>", 3 being
+ * RW_PROTOCOL_VERSION: false if it is of another protocol version (ignored:
+ * no edge), marked, or malformed. *as: the owner after '@', which waits in
+ * the lock on behalf of the key's owner (a client's task holding with one
+ * owner id and waiting with another); else NULL.
  */
 static bool
 dl_parse_value(const char *value, char *mode, char **key, char **as)

@@ -5,9 +5,9 @@
 --                               served (score: arrival, µs)
 -- ARGV[1]  protocol version ("3")
 -- ARGV[2]  owner: a string unique to the holder
--- ARGV[3]  seq: the request's place in its owner's order, an integer
---          1 <= seq < 2^53 that grows with every acquire and release the
---          owner sends (docs/protocol.md 4.1). Field s:<owner> keeps the
+-- ARGV[3]  seq: the request's place in its owner's order, a decimal
+--          integer >= 1 without leading zeros that grows with every
+--          acquire and release the owner sends (docs/protocol.md 4.1). Field s:<owner> keeps the
 --          newest this lock ran; a request whose seq is not above it is
 --          stale: it changes nothing and is answered with an error reply
 --          that starts RWLOCK_STALE. Otherwise seq becomes s:<owner>,

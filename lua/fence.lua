@@ -15,6 +15,9 @@
 -- uses that token: every later majority meets this one, so every later
 -- write token is larger. The token is compared as a number and stored as
 -- the caller sent it (exact; Lua's tostring would round it).
+if not string.find(ARGV[3], '^[1-9]%d*$') then
+  return redis.error_reply('RWLOCK_ARGS seq must be a positive decimal integer, not ' .. ARGV[3])
+end
 local h = redis.call('HMGET', KEYS[1], 'v', 'w', 'f', 's:' .. ARGV[2])
 if h[1] and h[1] ~= ARGV[1] then
   return redis.error_reply('RWLOCK_VERSION ' .. KEYS[1] .. ' is protocol ' .. h[1] ..

@@ -18,6 +18,9 @@
 local hash, owner = KEYS[1], ARGV[2]
 local rkey = 'r:' .. owner
 
+if not string.find(ARGV[3], '^[1-9]%d*$') then
+  return redis.error_reply('RWLOCK_ARGS seq must be a positive decimal integer, not ' .. ARGV[3])
+end
 local h = redis.call('HMGET', hash, 'v', 'w', 'x', rkey, 'rm', 's:' .. owner)
 if h[1] and h[1] ~= ARGV[1] then
   return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..

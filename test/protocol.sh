@@ -536,7 +536,7 @@ check "bad seq: refused"                        "RWLOCK_ARGS*" "$(raw acquire $V
 # Records of owners who hold nothing are pruned once the hash has grown by
 # half (48 fields at least); a holder's record is never pruned.
 fresh
-raw acquire $V keeper 1 r 30000 0 600000 - >/dev/null
+raw acquire $V keeper 1 r 600000 0 600000 - >/dev/null
 for i in $(seq 1 120); do
   raw acquire $V "o$i" 1 r 30000 0 600000 - >/dev/null; raw release $V "o$i" 2 '' 0 600000 >/dev/null
 done

@@ -4,8 +4,11 @@
 # holds back what the clients of the connections open at that moment send,
 # and keeps their upstream connections open after the clients close them;
 # told "flush", it sends what it held on those upstream connections: bytes
-# that reach the server late, after their sender gave up on them. Files
-# are removed once acted on. Usage: holdproxy.py listen_port upstream_port dir
+# that reach the server late, after their sender gave up on them. What
+# the server answers on a connection whose client has gone (the answers to
+# those late bytes) is appended to the file "late" there. Files "hold" and
+# "flush" are removed once acted on.
+# Usage: holdproxy.py listen_port upstream_port dir
 import os, select, socket, sys, time
 
 listen_port, up_port, ctl = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -58,6 +61,9 @@ while True:
                         p['client'] = None
                 elif p['client']:
                     p['client'].sendall(data)
+                else:
+                    with open(os.path.join(ctl, 'late'), 'ab') as f:
+                        f.write(data)
     pairs = [p for p in pairs if p['client'] or p['up']]
     f = os.path.join(ctl, 'hold')
     if os.path.exists(f):

@@ -12,6 +12,23 @@ fault injector disturbs Redis every 250 ms with, in turn:
     CLIENT PAUSE <150-250> WRITE the scripts stall
     DEBUG SLEEP 0.2              Redis stalls altogether
 
+and the sessions reach Redis through a fault proxy (test/faultproxy.py, a
+thread of this process) that, at random moments (on average every 0.3 s,
+--cut-every or $CHAOS_CUT_EVERY; seeded), cuts off an acquire or a release in flight: it keeps its bytes
+and closes the client's side (or leaves it to time out) but keeps the
+upstream connection, and delivers the request to Redis late: when the
+owner's next grant of that lock has gone through (into the critical
+section it opened), on the old connection and, duplicated, on a new one,
+in random order across connections (faultproxy.py's header has the
+details). Protocol 3 must answer each such request RWLOCK_STALE and change
+nothing (docs/protocol.md 4.1); a late release that ran would free the
+owner's new hold under it. The sessions connect as the documented
+least-privilege ACL user: docs/connecting.md's ACL SETUSER rwlock line as it
+is there (a new password in the URL), with the rights its topology table
+adds (Sentinel +role, Cluster +cluster|slots +asking; quorum mode +info,
+which it needs to read each master's uptime). The fault injector, the
+observer and the end checks use the default user, directly.
+
 The sessions use every form of the write lock (SPEC section 2):
 
     xact      BEGIN; redis_wlock_xact('c'); read; write; COMMIT
@@ -77,21 +94,30 @@ At the end the lock must be free in Redis (in quorum mode: on a majority of
 the masters, and on every master within 3 s of the sessions disconnecting:
 a release owed to a master left alone after a failure goes at exit).
 
+What the proxy still holds when the sessions are done is delivered then,
+before that end check.
+
 One summary line gives the counts: increments per form, faults per kind,
 errors per SQLSTATE, warnings, violations, lost updates (committed
-increments less the counter; the values written twice are listed). Exits 1
-on a lost update, a violation, or a session that made no progress; 2 if a
-session is stuck (still in a call 90 s after the end).
+increments less the counter; the values written twice are listed), late
+requests and stale answers; a line before it gives the proxy's counts (cuts,
+late requests, their answers). Exits 1 on a lost update, a violation, a
+session that made no progress, or a run in which no late request was
+answered RWLOCK_STALE (it would prove nothing); 2 if a session is stuck
+(still in a call 90 s after the end). The proxy knows the scripts by their
+SHA1, from the lua/ of this tree ($CHAOS_TREE=<tree> for another's, e.g.
+the tree of an older protocol whose extension is installed).
 
 Run under pg_virtualenv with the extension installed (as test/run.sh does):
 
     pg_virtualenv -t -s /usr/bin/python3 test/chaos.py [--duration S]
         [--sessions N] [--forms xact,session,...] [--nested P] [--chain P]
-        [--command-timeout 1s,150ms] [--seed N]
+        [--command-timeout 1s,150ms] [--seed N] [--cut-every S]
+        [--quorum N | --cluster | --sentinel]
 
 It starts its own redis-server (6393 if free, else a port the OS picks;
-$CHAOS_REDIS_PORT to choose) with the DEBUG command enabled, and stops it at
-the end however the test ends.
+$CHAOS_REDIS_PORT to choose) with the DEBUG command enabled, and the proxy
+(ports the OS picks), and stops them at the end however the test ends.
 
 With --quorum N (odd, at least 3; $CHAOS_QUORUM) the same runs in quorum
 mode: N redis-servers, rwlock.redis_url lists them all, and each fault
@@ -108,13 +134,23 @@ drawn at random, and a fifth kind joins them, slot_move: the lock's slot is
 migrated to another master under the sessions (SETSLOT IMPORTING and
 MIGRATING, MIGRATE of its keys until none is left, SETSLOT NODE on every
 master), so that they meet ASK, TRYAGAIN and MOVED. The observer and the
-end check read the lock where its slot is.
+end check read the lock where its slot is. Each master announces its
+proxy's port (cluster-announce-port), so the slot map and the redirections
+name the proxy.
+
+With --sentinel ($CHAOS_SENTINEL=1) it runs on a Sentinel set: a master
+(the faults strike it), two replicas and three sentinels (26450-26452 if
+free), rwlock.redis_url redis+sentinel://. The proxy is in front of the
+master: the sentinels monitor it at the proxy's address and the replicas
+replicate through it, so the sentinels hand out the proxy's address (no
+failover is meant to happen: down-after is 30 s).
 """
 import argparse
 import collections
 import os
 import random
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -125,13 +161,20 @@ import psycopg2
 import psycopg2.extensions
 import redis
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rwtest import RedisCluster, RedisServer  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import faultproxy  # noqa: E402
+from rwtest import RedisCluster, RedisSentinel, RedisServer  # noqa: E402
 
 LOCK = "c"
 KEY = "rwlock:{c}"             # the lock's hash (default rwlock.key_prefix)
 FAULT_EVERY = 0.25
 QUORUM_MAX_LEASE = 10          # s: rwlock.quorum_max_lease in quorum mode
+SENTINEL_NAME = "chaos"
+SENTINEL_REPLICAS = 2
+SENTINEL_PORT = 26450          # the first sentinel's, if free (test/run.sh's TAP
+                               # sentinels are on 26392-26397)
 FAULTS = ("script_flush", "client_kill", "client_pause", "debug_sleep")
 CLUSTER_FAULTS = FAULTS + ("slot_move",)
 SETTINGS = (
@@ -158,6 +201,7 @@ def now_ms():
 class Shared:
     def __init__(self):
         self.mx = threading.Lock()
+        self.proxy = None
         self.inside = {}            # wid -> (entry number, form, ms)
         self.overlaps = []          # reports
         self.mismatches = []        # observer reports
@@ -690,6 +734,7 @@ def injector(ports, deadline, seed, kinds):
                     shared.fault_errors[kind] += 1
                     entry[2] = " failed: %s" % e
     finally:
+        shared.proxy.stop_cutting()
         for r in rs:
             try:
                 r.execute_command("CLIENT", "UNPAUSE")
@@ -781,6 +826,13 @@ def parse():
                    default=os.environ.get("CHAOS_CLUSTER", "") not in ("", "0"),
                    help="on a Redis Cluster of three masters, with slot moves among the "
                         "faults")
+    p.add_argument("--cut-every", type=float,
+                   default=float(os.environ.get("CHAOS_CUT_EVERY", "0.3")),
+                   help="mean time between the proxy's cuts, s (default 0.3)")
+    p.add_argument("--sentinel", action="store_true",
+                   default=os.environ.get("CHAOS_SENTINEL", "") not in ("", "0"),
+                   help="on a Sentinel set (a master, %d replicas, three sentinels), the "
+                        "proxy in front of the master" % SENTINEL_REPLICAS)
     p.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "0")) or
                    int(time.time()) % 100000,
                    help="seed of the sessions' choices and pauses (printed; the faults' "
@@ -803,35 +855,144 @@ def parse():
         p.error("at least 6 sessions")
     if a.quorum and (a.quorum < 3 or a.quorum % 2 == 0):
         p.error("--quorum: an odd number, at least 3")
-    if a.quorum and a.cluster:
-        p.error("--quorum or --cluster, not both")
+    if (a.quorum > 0) + a.cluster + a.sentinel > 1:
+        p.error("one of --quorum, --cluster and --sentinel")
     return a
+
+
+class Topology:
+    """The Redis servers of a run, the fault proxy in front of them, and the
+    sessions' URL (through the proxy, as the documented ACL user).
+    ports: the data ports the injector, the observer and the end check use
+    (directly, as the default user): every master, or a Sentinel set's
+    master."""
+
+    def __init__(self):
+        self.srvs = []
+        self.ports = []
+        self.url = None
+        self.proxy = None
+
+    def stop(self):
+        if self.proxy is not None:
+            self.proxy.close()
+        for srv in reversed(self.srvs):
+            srv.stop()
+
+
+def acl_user(extra):
+    """docs/connecting.md's ACL SETUSER line (its default key prefix, that
+    of chaos.py's keys), a new password in place of the example's, and the
+    rights its topology table adds (extra). Returns (argv, user, password)."""
+    with open(os.path.join(ROOT, "docs", "connecting.md")) as f:
+        m = re.search(r"^\s*(ACL SETUSER rwlock .*)$", f.read(), re.M)
+    if not m:
+        raise RuntimeError("docs/connecting.md has no ACL SETUSER rwlock line")
+    password = secrets.token_hex(16)
+    argv = [">" + password if a.startswith(">") else a for a in m.group(1).split()]
+    return argv + list(extra), argv[2], password
+
+
+def wait_for(what, ok, timeout=20):
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        try:
+            if ok():
+                return
+        except redis.exceptions.RedisError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("%s: not within %d s" % (what, timeout))
+
+
+def setup(topo, args):
+    """Start the servers, the proxy and the ACL user of the run's topology."""
+    first = int(os.environ.get("CHAOS_REDIS_PORT", "6393"))
+    debug = ("--enable-debug-command", "local")
+    # Quorum mode reads each master's INFO server (uptime, run_id,
+    # persistence: src/quorum.c); the doc has +info as recommended.
+    extra = ("+role",) if args.sentinel else ("+cluster|slots", "+asking") if args.cluster \
+        else ("+info",) if args.quorum else ()
+    acl, user, password = acl_user(extra)
+    cred = "%s:%s@" % (user, password)
+    scripts = faultproxy.FaultProxy.scripts_of(os.environ.get("CHAOS_TREE", ROOT))
+    if args.cluster:
+        cl = RedisCluster(first, 3, prefix="rwlock-chaos-", options=debug)
+        topo.srvs.append(cl)
+        topo.ports = list(cl.ports)
+    else:
+        for _ in range(max(args.quorum, 1)):
+            topo.srvs.append(RedisServer(topo.srvs[-1].port + 1 if topo.srvs else first,
+                                         *debug, prefix="rwlock-chaos-"))
+        topo.ports = [srv.port for srv in topo.srvs]
+    data = list(topo.ports)            # and the replicas, in a Sentinel set
+    topo.proxy = proxy = faultproxy.FaultProxy(data, scripts, args.seed, cut_user=user,
+                                               cut_every=args.cut_every)
+    proxy.start()
+    pp = [proxy.ports[p] for p in data]
+    if args.sentinel:
+        # The replicas follow the master through the proxy, and the
+        # sentinels monitor it there: the proxy's address is the master's
+        # for everyone (a sentinel's get-master-addr-by-name, the master's
+        # INFO of its replicas).
+        for _ in range(SENTINEL_REPLICAS):
+            topo.srvs.append(RedisServer(topo.srvs[-1].port + 1, "--replicaof", "127.0.0.1",
+                                         str(pp[0]), prefix="rwlock-chaos-"))
+            data.append(topo.srvs[-1].port)
+        sentinels = []
+        for _ in range(3):
+            sentinels.append(RedisSentinel(sentinels[-1].port + 1 if sentinels else
+                                           SENTINEL_PORT, SENTINEL_NAME, pp[0]))
+            topo.srvs.append(sentinels[-1])
+        for port in data[1:]:
+            r = redis.Redis(port=port, socket_timeout=2)
+            wait_for("replica %d in sync" % port,
+                     lambda: r.info("replication").get("master_link_status") == "up")
+        for s in sentinels:
+            r = s.redis()
+            wait_for("sentinel %d settled" % s.port,
+                     lambda: (lambda m: int(m["num-slaves"]) == SENTINEL_REPLICAS and
+                              int(m["num-other-sentinels"]) == 2 and int(m["port"]) == pp[0])(
+                         r.sentinel_master(SENTINEL_NAME)))
+        topo.url = "redis+sentinel://%s%s/%s" % (
+            cred, ",".join("127.0.0.1:%d" % s.port for s in sentinels), SENTINEL_NAME)
+    elif args.cluster:
+        # Each master announces its proxy's port (CLUSTER SLOTS, MOVED, ASK),
+        # its bus stays where it is.
+        for port, pport in zip(data, pp):
+            redis.Redis(port=port).config_set("cluster-announce-port", pport)
+
+        def announced():
+            for port in data:
+                slots = redis.Redis(port=port, socket_timeout=2).execute_command(
+                    "CLUSTER", "SLOTS")
+                if sorted(int(s[2][1]) for s in slots) != sorted(pp):
+                    return False
+            return True
+        wait_for("the masters announce the proxy's ports", announced)
+        topo.url = "redis+cluster://%s%s/" % (cred, ",".join("127.0.0.1:%d" % p for p in pp))
+    else:
+        topo.url = " ".join("redis://%s127.0.0.1:%d/0" % (cred, p) for p in pp)
+    for port in data:
+        redis.Redis(port=port, socket_timeout=2).execute_command(*acl)
+    topo.user = "%s (docs/connecting.md's line%s)" % (
+        user, (" " + " ".join(extra)) if extra else "")
 
 
 def main():
     args = parse()
-    first = int(os.environ.get("CHAOS_REDIS_PORT", "6393"))
-    srvs = []
-
-    def stop_all():
-        for srv in srvs:
-            srv.stop()
+    topo = Topology()
 
     def on_signal(signum, frame):
-        stop_all()
+        topo.stop()
         os._exit(3)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        if args.cluster:
-            srvs.append(RedisCluster(first, 3, prefix="rwlock-chaos-",
-                                     options=("--enable-debug-command", "local")))
-        for _ in range(0 if args.cluster else max(args.quorum, 1)):
-            srvs.append(RedisServer(srvs[-1].port + 1 if srvs else first,
-                                    "--enable-debug-command", "local", prefix="rwlock-chaos-"))
-        return run(srvs, args)
+        setup(topo, args)
+        return run(topo, args)
     finally:
-        stop_all()
+        topo.stop()
 
 
 def writers_at_end(ports, cluster):
@@ -876,9 +1037,9 @@ def check_free(ports, cluster, sessions, stuck):
     return verdict
 
 
-def run(srvs, args):
-    ports = srvs[0].ports if args.cluster else [srv.port for srv in srvs]
-    url = " ".join(srv.url for srv in srvs)
+def run(topo, args):
+    ports, url, proxy = topo.ports, topo.url, topo.proxy
+    shared.proxy = proxy
     admin = psycopg2.connect("")
     admin.autocommit = True
     cur = admin.cursor()
@@ -921,6 +1082,8 @@ def run(srvs, args):
                  "redis-cli -p %d ping >/dev/null 2>&1 || break; sleep 0.01; done | "
                  "grep --line-buffered -F '{c}' > %s.%d" % (port, port, path, port)],
                 start_new_session=True))
+    if args.kinds:
+        proxy.start_cutting()
     for t in threads + [inj, obs]:
         t.start()
     verdict = []
@@ -933,6 +1096,9 @@ def run(srvs, args):
         if t.is_alive():
             stuck.append(s)
     obs.join(5)
+    # What the proxy still holds goes now; the lock must be free after it.
+    if not proxy.settle():
+        verdict.append("the proxy's late requests were not all answered within 5 s")
     # A session still inside (stuck): what was found meanwhile stands.
     for wid, entry in list(shared.pending):
         judge(wid, entry, None)
@@ -1003,6 +1169,15 @@ def run(srvs, args):
                        "inside its critical section" % len(shared.mismatches))
     verdict.extend(failures)
     verdict.extend(check_free(ports, args.cluster, sessions, stuck))
+    ps = proxy.stats
+    if proxy.errors:
+        verdict.append("the fault proxy failed: %s" % "; ".join(proxy.errors))
+    if args.kinds and not ps["seen acquire"]:
+        verdict.append("the proxy saw no acquire.lua (are the scripts of %s the "
+                       "extension's? $CHAOS_TREE)" % os.environ.get("CHAOS_TREE", ROOT))
+    elif args.kinds and not ps["late stale"]:
+        verdict.append("no late request of the proxy's was answered RWLOCK_STALE: the run "
+                       "proves nothing about stale requests")
     if args.quorum:
         cur.execute("ALTER SYSTEM RESET rwlock.quorum_max_lease")
         cur.execute("SELECT pg_reload_conf()")
@@ -1016,13 +1191,16 @@ def run(srvs, args):
     def fmt(counter_):
         return ", ".join("%s %d" % kv for kv in sorted(counter_.items())) or "none"
 
+    print("chaos: sessions through the fault proxy as ACL user %s" % topo.user)
+    print("chaos: proxy: " + proxy.summary())
     print("chaos%s: %d sessions (%s), %.1f s, seed %d: increments %s (%s; %d with a nested "
           "lock, %d COMMITs chained to the next acquisition); try busy %s; "
           "faults %d (%s%s); errors %d (%s); warnings %s; unlock false %d; "
           "overlaps %d (%d hand-offs at an abort); stale tokens %d; observer %d samples, "
-          "%d mismatches; counter %s; lost updates %s"
+          "%d mismatches; counter %s; lost updates %s; late requests %d, stale %d"
           % (" (quorum of %d)" % args.quorum if args.quorum else
-             " (cluster of 3)" if args.cluster else "",
+             " (cluster of 3)" if args.cluster else
+             " (sentinel, %d replicas)" % SENTINEL_REPLICAS if args.sentinel else "",
              len(sessions), ",".join(s.plan for s in sessions), elapsed, args.seed,
              committed, fmt(per_form), sum(s.nested_rounds for s in sessions),
              sum(s.chained for s in sessions), fmt(busy),
@@ -1032,7 +1210,7 @@ def run(srvs, args):
              len(shared.overlaps), shared.abort_handoffs, len(shared.stale_tokens),
              shared.samples,
              len(shared.mismatches),
-             counter, lost))
+             counter, lost, ps["late deliveries"], ps["late stale"]))
     if shared.after_fault:
         print("  violations by the last fault before them: %s"
               % ", ".join("%s after %s %d" % (k[0], k[1], v)

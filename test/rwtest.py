@@ -1,5 +1,5 @@
-"""rwtest.py: what the Python tests share: a throw-away Redis server, and a
-throw-away Redis Cluster of three of them.
+"""rwtest.py: what the Python tests share: a throw-away Redis server, a
+throw-away Redis Cluster of three of them, and a throw-away sentinel.
 
 The same recipe as tools/redis.sh (bash) and t/RwlockTest.pm (Perl): a
 redis-server on 127.0.0.1, nothing persisted, stopped (and its directory
@@ -127,3 +127,41 @@ class RedisCluster:
     def stop(self):
         for n in self.nodes:
             n.stop()
+
+
+class RedisSentinel:
+    """A sentinel (redis-server --sentinel, its own config file) on a free
+    port (first_port if free) on 127.0.0.1, monitoring the master name at
+    127.0.0.1:master_port with quorum 2; stopped (its directory removed) by
+    stop() or at exit."""
+
+    def __init__(self, first_port, name, master_port, down_after=30000,
+                 prefix="rwlock-sentinel-"):
+        self.port = free_port(first_port)
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        conf = "%s/sentinel.conf" % self.dir
+        with open(conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\ndir %s\n"
+                    "sentinel monitor %s 127.0.0.1 %d 2\n"
+                    "sentinel down-after-milliseconds %s %d\n"
+                    "sentinel failover-timeout %s %d\n"
+                    % (self.port, self.dir, name, master_port, name, down_after,
+                       name, 3 * down_after))
+        self.proc = subprocess.Popen(["redis-server", conf, "--sentinel"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        atexit.register(self.stop)
+        r = redis.Redis(port=self.port, socket_timeout=1)
+        for _ in range(100):
+            try:
+                if r.ping():
+                    return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("the sentinel on port %d did not start" % self.port)
+
+    def redis(self):
+        return redis.Redis(port=self.port, socket_timeout=2)
+
+    def stop(self):
+        RedisServer.stop(self)

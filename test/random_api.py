@@ -17,7 +17,8 @@ SQLSTATE), and after each step the test compares what redis_held_locks
 shows to the acting session (every session every CHECK_ALL steps), what
 redis_locks shows for every session (with the library preloaded), and what
 Redis has: the writer and readers of each lock by owner id, the last token,
-no waiting writer left behind.
+the protocol version (3) and each holder's s:<owner> record, no waiting
+writer left behind.
 
 A lock the model says is busy is asked for only by the try forms (false)
 or by the blocking forms under lock_timeout = 100ms (55P03), so the single
@@ -301,8 +302,13 @@ class Driver:
                 problems.append("%s: Redis has writer %s readers %s, the model writer %s "
                                 "readers %s" % (short(n), writer, sorted(readers),
                                                 mw[0] if mw else None, sorted(mr)))
-            if h and h.get(b"v") != b"2":
+            if h and h.get(b"v") != b"3":
                 problems.append("%s: field v is %r" % (short(n), h.get(b"v")))
+            # Protocol 3: a holder's newest request is recorded (s:<owner>,
+            # docs/protocol.md 4.1); without it renew.lua answers 0.
+            unrecorded = sorted(o for o in ls.holders if b"s:" + o.encode() not in h)
+            if unrecorded:
+                problems.append("%s: holders without an s: field: %s" % (short(n), unrecorded))
             if b"f" in h and ls.token_known and int(h[b"f"]) != ls.last_token:
                 problems.append("%s: Redis's last token %s, the model's %d"
                                 % (short(n), h[b"f"].decode(), ls.last_token))

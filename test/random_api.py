@@ -302,13 +302,8 @@ class Driver:
                 problems.append("%s: Redis has writer %s readers %s, the model writer %s "
                                 "readers %s" % (short(n), writer, sorted(readers),
                                                 mw[0] if mw else None, sorted(mr)))
-            if h and h.get(b"v") != b"3":
+            if h and h.get(b"v") != rw.PROTOCOL_VERSION.encode():
                 problems.append("%s: field v is %r" % (short(n), h.get(b"v")))
-            # Protocol 3: a holder's newest request is recorded (s:<owner>,
-            # docs/protocol.md 4.1); without it renew.lua answers 0.
-            unrecorded = sorted(o for o in ls.holders if b"s:" + o.encode() not in h)
-            if unrecorded:
-                problems.append("%s: holders without an s: field: %s" % (short(n), unrecorded))
             if b"f" in h and ls.token_known and int(h[b"f"]) != ls.last_token:
                 problems.append("%s: Redis's last token %s, the model's %d"
                                 % (short(n), h[b"f"].decode(), ls.last_token))
@@ -316,6 +311,11 @@ class Driver:
                 problems.append("%s: a waiting writer left behind (queue %d, fields %s)"
                                 % (short(n), qlen, sorted(f.decode() for f in h
                                                           if f[:2] in (b"i:", b"u"))))
+            # Protocol 3: a holder's newest request is recorded (s:<owner>,
+            # docs/protocol.md 4.1); without it renew.lua answers 0.
+            unrecorded = sorted(o for o in ls.holders if b"s:" + o.encode() not in h)
+            if unrecorded:
+                problems.append("%s: holders without an s: field: %s" % (short(n), unrecorded))
         return problems
 
     def check_lock_info(self):

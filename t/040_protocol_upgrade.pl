@@ -197,13 +197,13 @@ sq($s, "SELECT redis_unlock('z')");
 cmp_ok($out, '>', $ztok, '... and SQL writes it with a larger token') or diag $err;
 sq($s, "SELECT redis_unlock('z')");
 
-# --- e) No holder, but a protocol 2 writer waits (a live intent, 2 s): not
+# --- e) No holder, but a protocol 2 writer waits (a live intent, 5 s): not
 # free; once the intent lapses (its waiter gone), SQL takes the lock.
 my $qtok = p2_acquire('q', 'p2:host:4:ffff', 'w');
 like($qtok, qr/^\d+$/, 'protocol 2 writes q');
-my $busy = p2_acquire('q', 'p2:host:4:gggg', 'w', '2000');
-like($busy, qr/^-\d+$/, "another protocol 2 writer will wait ($busy)");
 my $t0 = time;
+my $busy = p2_acquire('q', 'p2:host:4:gggg', 'w', '5000');
+like($busy, qr/^-\d+$/, "another protocol 2 writer will wait ($busy)");
 is(p2_release('q', 'p2:host:4:ffff'), '1', 'the holder releases');
 $h = hash_of('q');
 ok(!defined $h->{w} && defined $h->{'i:p2:host:4:gggg'} && defined $h->{z},
@@ -212,7 +212,8 @@ refused_55000($s, "SELECT redis_try_wlock('q')", 'q',
 	'redis_try_wlock while a protocol 2 writer waits');
 refused_55000($s, "SELECT redis_try_rlock('q')", 'q', 'redis_try_rlock');
 is(hash_of('q')->{v}, '2', '... the hash still protocol 2');
-sleep 2.2 - (time - $t0) if time - $t0 < 2.2;
+ok(time - $t0 < 5, '... (all that within the intent\'s 5 s)');
+sleep 5.2 - (time - $t0) if time - $t0 < 5.2;
 ($out, $err) = sq($s, "SELECT redis_try_wlock('q')");
 is($out, 't', 'once the intent lapsed, SQL takes q') or diag $err;
 ($out) = sq($s, "SELECT token FROM redis_held_locks WHERE name = 'q'");

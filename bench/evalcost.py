@@ -7,7 +7,9 @@ Redis hashes the whole body of every EVAL before it looks the script up, in
 processCommand, outside the time INFO commandstats gives the command; so
 this measures the server's CPU (INFO cpu, used_cpu_user + used_cpu_sys) over
 N pipelined calls, the lock being free (release.lua's fast path: what a
-COMMIT of an uncontended _xact lock costs Redis).
+COMMIT of an uncontended _xact lock costs Redis). Protocol 3: each call
+carries the next seq of one owner (ARGV[3], docs/protocol.md 4.1), which
+the release records (s:<owner>) as a COMMIT's does.
 
   release.lua, EVAL of the file as written (comments and all)
   release.lua, EVAL of the body the extension embeds (tools/embed_lua.pl:
@@ -20,7 +22,9 @@ Prints µs of Redis CPU per call (median over the repetitions, cases
 interleaved) and the ratios to EVALSHA.
 """
 import argparse
+import itertools
 import os
+import secrets
 import statistics
 import subprocess
 
@@ -35,13 +39,17 @@ def cpu(r):
     return i["used_cpu_user"] + i["used_cpu_sys"]
 
 
-def per_call(r, cmd, calls):
+def per_call(r, cmd, args, calls):
+    """cmd: the command and script; args(): its keys and arguments, a new
+    seq each time."""
     p = r.pipeline(transaction=False)
     c0 = cpu(r)
     for _ in range(calls // 1000):
         for _ in range(1000):
-            p.execute_command(*cmd)
-        p.execute()
+            p.execute_command(*(cmd + args()))
+        for reply in p.execute():
+            if reply != 0:   # 0: the owner held nothing; anything else is a bug here
+                raise RuntimeError("release.lua answered %r" % (reply,))
     return (cpu(r) - c0) / calls * 1e6
 
 
@@ -58,16 +66,23 @@ def main():
                               text=True).stdout
     sha = r.script_load(embedded)
     r.script_load(full)
-    args = (2, "bench:{e}", "bench:{e}:q", "2", "bench-owner", "", 0, 600000)
+    # One owner for the run, new each run: its seq record (s:<owner>) stays
+    # 10 minutes, and a counter started again at 1 would be stale.
+    owner = "bench-owner:%d:%s" % (os.getpid(), secrets.token_hex(6))
+    seq = itertools.count(1)
+
+    def args():
+        return (2, "bench:{e}", "bench:{e}:q", "3", owner, next(seq), "", 0, 600000)
+
     cases = [
-        ("EVAL, the file (%d bytes)" % len(full), ("EVAL", full) + args),
-        ("EVAL, as embedded (%d bytes)" % len(embedded), ("EVAL", embedded) + args),
-        ("EVALSHA", ("EVALSHA", sha) + args),
+        ("EVAL, the file (%d bytes)" % len(full), ("EVAL", full)),
+        ("EVAL, as embedded (%d bytes)" % len(embedded), ("EVAL", embedded)),
+        ("EVALSHA", ("EVALSHA", sha)),
     ]
     got = {name: [] for name, _ in cases}
     for _ in range(a.reps):
         for name, cmd in cases:
-            got[name].append(per_call(r, cmd, a.calls))
+            got[name].append(per_call(r, cmd, args, a.calls))
     sha_us = statistics.median(got["EVALSHA"])
     for name, _ in cases:
         us = statistics.median(got[name])

@@ -7,7 +7,7 @@
  *   redis_rtt PORT SECONDS eval1           µs per EVALSHA of "return 1"
  *   redis_rtt PORT SECONDS pair ACQ REL    µs per acquire.lua + release.lua
  *                                          pair (a real take and release,
- *                                          protocol 2)
+ *                                          protocol 3: each call a new seq)
  *   redis_rtt PORT SECONDS chain           µs per request of a chain of three
  *                                          processes: this one asks a child
  *                                          (one byte over loopback TCP), the
@@ -93,6 +93,18 @@ load(redisContext *c, const char *body)
 }
 
 /*
+ * The seqs of the next pair: the acquire's, then the release's, each larger
+ * than every one before (docs/protocol.md 4.1). Formatting two numbers is
+ * part of what the extension does per pair too.
+ */
+static void
+next_seqs(unsigned long long *seq, char *acq, char *rel)
+{
+	snprintf(acq, 24, "%llu", ++*seq);
+	snprintf(rel, 24, "%llu", ++*seq);
+}
+
+/*
  * The chain: a child that, for each byte read from its client, makes the
  * EVALSHA of a1 and writes the byte back; the client (this process) times
  * the requests. Both ends set TCP_NODELAY, as PostgreSQL and hiredis do.
@@ -162,10 +174,13 @@ main(int argc, char **argv)
 				t;
 	long		n = 0;
 	const char *mode;
-	const char *a1[12],
-			   *a2[12];
+	const char *a1[16],
+			   *a2[16];
 	int			n1 = 0,
 				n2 = 0;
+	char		acq_seq[24] = "",
+				rel_seq[24] = "";
+	unsigned long long seq = 0;
 
 	if (argc < 4)
 	{
@@ -200,15 +215,28 @@ main(int argc, char **argv)
 		a2[n2++] = "2";
 		for (int i = 0; i < 2; i++)
 			a1[n1++] = a2[n2++] = keys[i];
-		/* the arguments protocol.c sends (protocol 2) */
-		a1[n1++] = "2";
-		a1[n1++] = "bench-rtt-owner";
+		/*
+		 * The arguments protocol.c sends (protocol 3). The seq (ARGV[3])
+		 * grows with every call, as an owner's must: one that did not would
+		 * be answered RWLOCK_STALE. The owner id is new each run, so a
+		 * record left by an earlier run (s:<owner>, kept 10 minutes) is not
+		 * in the way.
+		 */
+		static char owner[64];
+
+		snprintf(owner, sizeof(owner), "bench-rtt:%d:%ld", (int) getpid(),
+				 (long) time(NULL));
+		a1[n1++] = "3";
+		a1[n1++] = owner;
+		a1[n1++] = acq_seq;
 		a1[n1++] = "w";
 		a1[n1++] = "30000";
 		a1[n1++] = "2000";
 		a1[n1++] = "600000";
-		a2[n2++] = "2";
-		a2[n2++] = "bench-rtt-owner";
+		a1[n1++] = "-";
+		a2[n2++] = "3";
+		a2[n2++] = owner;
+		a2[n2++] = rel_seq;
 		a2[n2++] = "";
 		a2[n2++] = "30000";
 		a2[n2++] = "600000";
@@ -222,6 +250,8 @@ main(int argc, char **argv)
 	/* warm up */
 	for (int i = 0; i < 200; i++)
 	{
+		if (n2)
+			next_seqs(&seq, acq_seq, rel_seq);
 		freeReplyObject(cmd(c, n1, a1));
 		if (n2)
 			freeReplyObject(cmd(c, n2, a2));
@@ -236,7 +266,11 @@ main(int argc, char **argv)
 	{
 		for (int i = 0; i < 100; i++)
 		{
-			redisReply *r = cmd(c, n1, a1);
+			redisReply *r;
+
+			if (n2)
+				next_seqs(&seq, acq_seq, rel_seq);
+			r = cmd(c, n1, a1);
 
 			if (n2 && (r->type != REDIS_REPLY_INTEGER || r->integer < 0))
 			{

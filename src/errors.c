@@ -123,7 +123,7 @@ rw_raise(RwConn *conn, const RwError *err)
 	if (conn_is_version_clash(err))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("a Redis lock at %s was written by a client of another rwlock protocol version", where),
+				 errmsg("a lock in %s was written by a client of another rwlock protocol version", where),
 				 errdetail("%s", err->msg),
 				 logged ? errdetail_log("%s", logged) : 0,
 				 errhint("Every client sharing a lock must speak the same protocol version (this server speaks %s): upgrade the other one, or let its locks expire.",

@@ -152,10 +152,11 @@ is($out, 't', 'once up for rwlock.quorum_max_lease, they count') or diag $err;
 ok(time - $restarted >= $max_lease, 'not before');
 sq($b, "SELECT redis_unlock('e')");
 
-# --- Split votes: holders on single masters, by hand.
-redis_cli($r[0], 'HSET', "$prefix:{v}", 'v', '2', 'w', 'hand-1');
+# --- Split votes: holders on single masters, by hand (protocol 3: v "3",
+# and each holder's s:<owner>, the seq of the request that granted it).
+redis_cli($r[0], 'HSET', "$prefix:{v}", 'v', '3', 'w', 'hand-1', 's:hand-1', '1');
 redis_cli($r[0], 'PEXPIRE', "$prefix:{v}", '30000');
-redis_cli($r[1], 'HSET', "$prefix:{v}", 'v', '2', 'w', 'hand-2');
+redis_cli($r[1], 'HSET', "$prefix:{v}", 'v', '3', 'w', 'hand-2', 's:hand-2', '1');
 redis_cli($r[1], 'PEXPIRE', "$prefix:{v}", '30000');
 ($out, $err) = sq($b, "SELECT state, writer IS NULL FROM redis_lock_info('v')");
 is($out, 'free|t', 'redis_lock_info: a writer on one master of three holds nothing')
@@ -181,10 +182,11 @@ redis_cli($r[1], 'DEL', "$prefix:{v}");
 # first master free; readers, one on two masters, one on one; a waiting
 # writer's intent on two.
 my ($ts) = split /\n/, redis_cli($r[0], 'TIME');
-redis_cli($_->[0], 'HSET', "$prefix:{m}", 'v', '2', 'w', 'hand-w', 'f', $_->[1]),
+redis_cli($_->[0], 'HSET', "$prefix:{m}", 'v', '3', 'w', 'hand-w', 's:hand-w', '1',
+	'f', $_->[1]),
 redis_cli($_->[0], 'PEXPIRE', "$prefix:{m}", $_->[2])
   for [ $r[1], 7, 20000 ], [ $r[2], 9, 8000 ];
-redis_cli($r[0], 'HSET', "$prefix:{m}", 'v', '2', 'f', '5');
+redis_cli($r[0], 'HSET', "$prefix:{m}", 'v', '3', 'f', '5');
 ($out, $err) = sq($b, "SELECT state || ' ' || token || ' ' || writer || ' ' ||
 	extract(epoch FROM lease_left) FROM redis_lock_info('m')");
 my @f = split / /, $out // '';
@@ -195,12 +197,12 @@ is(py_info('m'), 'write 9 hand-w', 'the Python QuorumClient agrees');
 redis_cli($_, 'DEL', "$prefix:{m}") for @r;
 my %readers = (0 => [ 'rd-a', 'rd-b' ], 1 => [ 'rd-a' ], 2 => [ 'rd-c' ]);
 for my $i (0 .. 2) {
-	redis_cli($r[$i], 'HSET', "$prefix:{m}", 'v', '2', 'n', scalar @{ $readers{$i} },
-		map { ("r:$_", ($ts + 30) * 1000) } @{ $readers{$i} });
+	redis_cli($r[$i], 'HSET', "$prefix:{m}", 'v', '3', 'n', scalar @{ $readers{$i} },
+		map { ("r:$_", ($ts + 30) * 1000, "s:$_", '1') } @{ $readers{$i} });
 	redis_cli($r[$i], 'PEXPIRE', "$prefix:{m}", '30000');
 }
 for my $i (1, 2) {
-	redis_cli($r[$i], 'HSET', "$prefix:{m}", 'i:hand-q', ($ts + 30) * 1000);
+	redis_cli($r[$i], 'HSET', "$prefix:{m}", 'i:hand-q', ($ts + 30) * 1000, 's:hand-q', '1');
 	redis_cli($r[$i], 'ZADD', "$prefix:{m}:q", '1', 'hand-q');
 }
 ($out, $err) = sq($b, "SELECT state, readers, waiting FROM redis_lock_info('m')");
@@ -245,7 +247,7 @@ sq($a, "SELECT redis_rlock('uc')");
 my ($now_s) = split /\n/, redis_cli($r[0], 'TIME');
 my $until = ($now_s + 30) * 1000;
 redis_cli($r[0], 'HSET', "$prefix:{uc}", 'r:hand-u', $until, 'n', '2', 'u', 'hand-u',
-	'i:hand-u', $until, 'qe', $until, 'z', $until);
+	'i:hand-u', $until, 'qe', $until, 'z', $until, 's:hand-u', '1');
 redis_cli($r[0], 'ZADD', "$prefix:{uc}:q", '1', 'hand-u');
 ($out, $err) = sq($a, "SET lock_timeout = '5s'; SELECT redis_wlock('uc')");
 is(sqlstate($err), '40P01', 'another reader upgrading on one master only: 40P01');
@@ -345,7 +347,7 @@ ok(defined wait_until(sub { redis_mode_of($r[2], $prefix, 'ex', $owner_c) eq '' 
 
 # --- Fencing tokens: one master's token far ahead (a fast clock).
 my $big = 9000000000000000;
-redis_cli($r[0], 'HSET', "$prefix:{t}", 'v', '2', 'f', $big);
+redis_cli($r[0], 'HSET', "$prefix:{t}", 'v', '3', 'f', $big);
 ($out, $err) = sq($a, "SELECT redis_wlock('t')");
 my $tok1 = $out;
 ok($tok1 > $big, 'the token is past the largest any master had') or diag $err;

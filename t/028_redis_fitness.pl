@@ -1,8 +1,9 @@
 # What a Redis serving locks must be (SPEC 13), checked at connect:
 #   - an evicting maxmemory-policy (allkeys-lru with maxmemory 0,
 #     volatile-ttl with a maxmemory) is refused with 55000 naming the
-#     policy, also for a user that CONFIG is refused to (INFO memory says
-#     it), and nothing is written; with noeviction the same session locks;
+#     policy, also for a user that CONFIG is refused to (the policy is read
+#     from INFO memory, never CONFIG GET), and nothing is written; with
+#     noeviction the same session locks;
 #   - an ACL user without channel permission (resetchannels) is refused
 #     with 42501 at its first call, before any lock is taken (without the
 #     check it took locks whose releases then failed to wake waiters); one
@@ -10,8 +11,12 @@
 #     withdrawn; one without the lock keys gets 42501 (NOPERM), not XX000,
 #     Redis's message in the detail;
 #   - a user made by docs/connecting.md's ACL SETUSER line locks, is woken from a
-#     wait by a release (not by the lease), sees redis_connection_info and
-#     may ask its CLIENT ID; a user refused CLIENT ID locks, logged once;
+#     wait by a release (not by the lease), sees redis_connection_info; it
+#     is refused INFO, which the server log says once per session (its
+#     maxmemory-policy cannot be checked), not again when it connects anew;
+#     a user refused CLIENT ID locks with nothing logged: protocol 3 asks no
+#     CLIENT ID (nor CLIENT KILL, nor CONFIG GET: Redis counts no call of
+#     them);
 #   - (issue 27.17) holds Redis lost (keys deleted): redis_unlock and
 #     redis_unlock_all each report them lost themselves, and an unlock of
 #     such a name afterwards gives one warning, that it is not held (it
@@ -128,18 +133,59 @@ cmp_ok(time - $t0, '<', 3, '... woken by the release, not the 10 s lease');
 sq($s2, "SELECT redis_unlock('h')");
 ($out, $err) = sq($s, "SELECT connected FROM redis_connection_info() WHERE current");
 is($out, 't', '... and redis_connection_info works') or diag($err);
-unlike(slurp_file($node->logfile), qr/refused CLIENT ID/,
-	'... and may ask its CLIENT ID (t/036: cut-off connections are killed)');
 
-# A user refused CLIENT ID locks, without that protection: logged once.
+# That user is refused INFO (Redis's @dangerous): its maxmemory-policy cannot
+# be checked. Said once per session in the server log, not at each
+# connection.
+my %pid = (s => session_pid($s), s2 => session_pid($s2));
+sub refused_info
+{
+	my ($pid) = @_;
+	return scalar(() = slurp_file($node->logfile) =~ /\[$pid\] [^\n]*refused INFO/g);
+}
+ok(wait_until(sub { refused_info($pid{s}) == 1 && refused_info($pid{s2}) == 1 }, 10),
+	'... is refused INFO: the server log says so, once for each session')
+  or diag(slurp_file($node->logfile));
+ok(slurp_file($node->logfile) =~
+	  qr{Redis at redis://rwlock\@127\.0\.0\.1:$good/0 refused INFO \(NOPERM[^\n]*maxmemory-policy cannot be checked},
+	"... naming the Redis and Redis's NOPERM");
+# INFO calls Redis refused (NOPERM) so far.
+sub info_refused
+{
+	my ($n) = redis_cli($good, 'INFO', 'commandstats') =~
+	  /^cmdstat_info:.*rejected_calls=(\d+)/m;
+	return $n // 0;
+}
+my $refused_before = info_refused();
+is(redis_cli($good, 'CLIENT', 'KILL', 'USER', 'rwlock') >= 2, 1,
+	'... its connections cut (CLIENT KILL USER rwlock, as an admin)');
+# The next calls connect anew (the first may fail: its connection was cut).
+($out) = sq($s, "SELECT redis_wlock('h') > 0");
+($out, $err) = sq($s, "SELECT redis_wlock('h') > 0") if $out ne 't';
+is($out, 't', '... a session connects again and locks') or diag($err);
+sq($s, "SELECT redis_unlock_all()");
+cmp_ok(info_refused(), '>', $refused_before, '... refused INFO again');
+is(refused_info($pid{s}), 1, '... which is not logged again');
+# Redis ran none of the commands protocol 3 no longer needs (the one CLIENT
+# KILL above is this test's).
+my $stats = redis_cli($good, 'INFO', 'commandstats');
+unlike($stats, qr/^cmdstat_(?:config\|get|client\|id):/m,
+	'Redis counted no CONFIG GET and no CLIENT ID') or diag($stats);
+like($stats, qr/^cmdstat_client\|kill:calls=1,/m, '... and no CLIENT KILL but the test\'s');
+
+# A user refused CLIENT ID locks with every protection (protocol 3 fences
+# stale requests by their seq, docs/protocol.md 4.1): nothing to log.
 redis_cli($good, 'ACL', 'SETUSER', 'noid', 'on', '>pw', '~*', '&*', '+@all',
-	'-client|id');
+	'-client|id', '-client|kill');
 use_url($s, "redis://noid:pw\@127.0.0.1:$good/0");
 ($out, $err) = sq($s, "SELECT redis_wlock('i') > 0");
-is($out, 't', 'a user refused CLIENT ID locks') or diag($err);
-ok(wait_until(sub { slurp_file($node->logfile) =~ /refused CLIENT ID/ }, 10),
-	'... and the server log says the protection is off');
-sq($s, "SELECT redis_unlock('i')");
+is($out, 't', 'a user refused CLIENT ID and CLIENT KILL locks') or diag($err);
+($out, $err) = sq($s2, "SELECT redis_try_wlock('i')");
+is($out, 'f', '... exclusively') or diag($err);
+($out) = sq($s, "SELECT redis_unlock('i')");
+is($out, 't', '... and releases');
+unlike(slurp_file($node->logfile), qr/CLIENT ID|CLIENT KILL|protection is off/i,
+	'... and the server log has nothing about CLIENT ID or a protection off');
 
 # ---- unlocking lost holds (issue 27.17) ------------------------------------
 # Each lost hold is reported once, by the call that unlocks it; a later

@@ -200,7 +200,7 @@ sub lock_state
 	my ($port, $prefix, $name, $cli) = @_;    # $cli: e.g. a TLS redis-cli
 	$cli //= \&redis_cli;
 	my $out = $cli->($port, '--eval', "$FindBin::RealBin/../lua/info.lua",
-		"$prefix:{$name}", "$prefix:{$name}:q", ',', '2');
+		"$prefix:{$name}", "$prefix:{$name}:q", ',', '3');
 	my ($state) = split /\n/, $out;
 	return $state // '';
 }
@@ -336,7 +336,7 @@ sub session_owner
 sub redis_holders
 {
 	my ($port, $prefix, $name) = @_;
-	# Protocol 2: the writer is field w of the lock's hash, each reader a
+	# Protocol 3: the writer is field w of the lock's hash, each reader a
 	# field r:<owner> whose value is its lease end (docs/protocol.md, 3.3).
 	my $writer = redis_cli($port, 'HGET', "$prefix:{$name}", 'w');
 	my @readers = map { substr($_, 2) } grep { /^r:/ }

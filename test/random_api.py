@@ -17,7 +17,8 @@ SQLSTATE), and after each step the test compares what redis_held_locks
 shows to the acting session (every session every CHECK_ALL steps), what
 redis_locks shows for every session (with the library preloaded), and what
 Redis has: the writer and readers of each lock by owner id, the last token,
-no waiting writer left behind.
+the protocol version (3) and each holder's s:<owner> record, no waiting
+writer left behind.
 
 A lock the model says is busy is asked for only by the try forms (false)
 or by the blocking forms under lock_timeout = 100ms (55P03), so the single
@@ -310,6 +311,11 @@ class Driver:
                 problems.append("%s: a waiting writer left behind (queue %d, fields %s)"
                                 % (short(n), qlen, sorted(f.decode() for f in h
                                                           if f[:2] in (b"i:", b"u"))))
+            # Protocol 3: a holder's newest request is recorded (s:<owner>,
+            # docs/protocol.md 4.1); without it renew.lua answers 0.
+            unrecorded = sorted(o for o in ls.holders if b"s:" + o.encode() not in h)
+            if unrecorded:
+                problems.append("%s: holders without an s: field: %s" % (short(n), unrecorded))
         return problems
 
     def check_lock_info(self):

@@ -53,6 +53,7 @@
  */
 #include "rwlock.h"
 
+#include "access/twophase.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -99,10 +100,8 @@ typedef struct RwSlot
 	TimestampTz acquired;
 	pg_atomic_uint64 renewed;	/* monotonic ms: last renewal sent (or the
 								 * acquisition) */
-	pg_atomic_uint64 seq;		/* the owner's request sequence as of its
-								 * last change to the slot (protocol 3):
-								 * renewals go as of it; a release on the
-								 * owner's behalf takes the next one */
+	int			procno;		/* the owner's PGPROC number: its request
+								 * sequence is seqs[procno] (protocol 3) */
 	char		owner[RW_OWNER_MAX];
 	char		url[RW_SPEC_MAX + 1];	/* the node's spec (url.c) */
 	char		key[RW_KEY_MAX];	/* the lock's hash key; :q follows */
@@ -156,6 +155,14 @@ typedef struct RwShared
 } RwShared;
 
 static RwShared *shared = NULL;
+/*
+ * Every PGPROC's request sequence (protocol 3, protocol.c): a session's
+ * requests and the keeper's on its behalf draw from one counter, so a
+ * renewal goes as of the owner's newest request and a release on its
+ * behalf after its exit is newer than all of them. Never reset: a later
+ * backend with the same PGPROC carries the count on.
+ */
+static pg_atomic_uint64 *seqs = NULL;
 static int	rw_max_holds = 1024;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -174,12 +181,20 @@ keeper_shmem_size(void)
 					mul_size(sizeof(RwSlot), rw_max_holds));
 }
 
+/* PGPROCs there can be: proc.c's count (backends, auxiliaries, 2PC). */
+static int
+keeper_nprocs(void)
+{
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+}
+
 static void
 keeper_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(keeper_shmem_size());
+	RequestAddinShmemSpace(mul_size(sizeof(pg_atomic_uint64), keeper_nprocs()));
 	RequestNamedLWLockTranche("rwlock", 1);
 }
 
@@ -214,10 +229,16 @@ keeper_shmem_startup(void)
 			s->renewer = -1;
 			s->next_free = i + 1 < rw_max_holds ? i + 1 : -1;
 			pg_atomic_init_u64(&s->renewed, 0);
-			pg_atomic_init_u64(&s->seq, 0);
 		}
 		shared->free_head = 0;
 	}
+	seqs = ShmemInitStruct("rwlock request sequences",
+						   mul_size(sizeof(pg_atomic_uint64), keeper_nprocs()),
+						   &found);
+	if (!found)
+		for (int i = 0; i < keeper_nprocs(); i++)
+			pg_atomic_init_u64(&seqs[i], 0);
+	rw_proto_seq_share(seqs);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -380,6 +401,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 		shared->free_head = s->next_free;
 		s->in_use = true;
 		s->pid = MyProcPid;
+		s->procno = MyProc->pgprocno;
 		s->datid = MyDatabaseId;
 		s->modes[0] = s->modes[1] = RW_NONE;
 		strlcpy(s->owner, owner, sizeof(s->owner));
@@ -397,7 +419,6 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 	s->token = token;
 	s->lease_ms = lease_ms;
 	pg_atomic_write_u64(&s->renewed, (uint64) renewed_ms);
-	pg_atomic_write_u64(&s->seq, rw_proto_seq_now());
 	keeper_wake_for(s, due);
 	LWLockRelease(shared->lock);
 	return slot;
@@ -442,7 +463,6 @@ keeper_set_exit(int slot, uint8 exit)
 	if (s->in_use && s->pid == MyProcPid)
 	{
 		s->exit = exit;
-		pg_atomic_write_u64(&s->seq, rw_proto_seq_now());
 		s->gen = shared->next_gen++;
 		if (exit == SLOT_ORPHAN)
 			keeper_wake_for(s, rw_now_ms());
@@ -470,7 +490,6 @@ rw_keeper_set_modes(int slot, RwMode session_mode, RwMode xact_mode)
 		return;
 	shared->slots[slot].modes[RW_SESSION] = session_mode;
 	shared->slots[slot].modes[RW_XACT] = xact_mode;
-	pg_atomic_write_u64(&shared->slots[slot].seq, rw_proto_seq_now());
 }
 
 /*
@@ -866,9 +885,14 @@ keeper_cycle(int64 *wake)
 		work[j].pid = s->pid;
 		work[j].lease_ms = s->lease_ms;
 		work[j].release = s->exit != SLOT_LIVE;
-		/* A release as the owner is its newest request: each try a new one. */
+		/*
+		 * Renewals go as of the owner's newest request; a release as the
+		 * owner is its newest request (each try a new one). The counter
+		 * is its PGPROC's, which a later backend there carries on.
+		 */
 		work[j].seq = work[j].release || BackendPidGetProc(s->pid) == NULL ?
-			pg_atomic_add_fetch_u64(&s->seq, 1) : pg_atomic_read_u64(&s->seq);
+			pg_atomic_add_fetch_u64(&seqs[s->procno], 1) :
+			pg_atomic_read_u64(&seqs[s->procno]);
 		work[j].owner = pstrdup(s->owner);
 		work[j].url = pstrdup(s->url);
 		work[j].keys.key[0] = pstrdup(s->key);

@@ -21,6 +21,8 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "port.h"
+#include "port/atomics.h"
+#include "storage/proc.h"
 
 /*
  * The owner's request sequence (protocol 3, docs/protocol.md 4.1): every
@@ -30,20 +32,42 @@
  * however late, changes nothing (RWLOCK_STALE). It never goes back: the
  * owner id is this backend's, and the counter lives as long as it does.
  * Renewals and fences carry the counter as it is (rw_proto_seq_now): they
- * are checked, never recorded.
+ * are checked, never recorded. With the library preloaded the counter is
+ * this backend's PGPROC's in shared memory (keeper.c: rw_proto_seq_share),
+ * which the keeper reads to renew on our behalf and advances to release
+ * for us after we exited; else it is this process's own.
  */
 static uint64 proto_seq = 0;
+static pg_atomic_uint64 *proto_seqs = NULL;
+
+/* keeper.c's counters, one per PGPROC (set in the postmaster). */
+void
+rw_proto_seq_share(pg_atomic_uint64 *counters)
+{
+	proto_seqs = counters;
+}
+
+static pg_atomic_uint64 *
+proto_seq_shared(void)
+{
+	return proto_seqs != NULL && MyProc != NULL ?
+		&proto_seqs[MyProc->pgprocno] : NULL;
+}
 
 uint64
 rw_proto_seq_next(void)
 {
-	return ++proto_seq;
+	pg_atomic_uint64 *c = proto_seq_shared();
+
+	return c ? pg_atomic_add_fetch_u64(c, 1) : ++proto_seq;
 }
 
 uint64
 rw_proto_seq_now(void)
 {
-	return proto_seq;
+	pg_atomic_uint64 *c = proto_seq_shared();
+
+	return c ? pg_atomic_read_u64(c) : proto_seq;
 }
 
 /* Whether an error reply is protocol 3's "a newer request of the owner ran". */

@@ -473,6 +473,8 @@ typedef struct RwAcquireCall
 	char		keep[16];
 } RwAcquireCall;
 
+struct pg_atomic_uint64;
+extern void rw_proto_seq_share(struct pg_atomic_uint64 *counters);
 extern uint64 rw_proto_seq_next(void);
 extern uint64 rw_proto_seq_now(void);
 extern bool rw_proto_is_stale(const char *msg);

@@ -37,7 +37,9 @@
  *	  (rw_conn_tighten);
  *	- at transaction end, which holds interrupts, a cancel still cuts waits
  *	  short (rw_conn_cancellable): a flush of tagged commands then leaves
- *	  the rest queued on the open connection (rw_flush_tagged);
+ *	  the rest queued on the open connection (rw_flush_tagged), and is not
+ *	  waited for again in the same call (the abort that follows the
+ *	  cancel of a statement whose subtransaction's releases it cut);
  *	- log lines between a Redis answer and its record wait for a safe
  *	  moment (rw_log_later).
  *
@@ -1598,11 +1600,24 @@ conn_flush(RwConn *conn, int64 deadline, bool keep_on_cut, RwError *err)
 	deadline = Min(deadline, conn_cap);
 	while (ok && sdslen(conn->ctx->obuf) > 0)
 	{
-		int			ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_WRITEABLE),
-									  deadline, false);
+		int			ready;
 
+		/*
+		 * A cancel cut this connection's sending short in this call: the
+		 * cancel ends the statement, and the abort that follows (the same
+		 * call) must not wait on it again for rwlock.command_timeout.
+		 */
+		if (keep_on_cut && conn->cut_call == conn_call_id)
+		{
+			rw_error_set(err, RW_ERR_INTERRUPTED,
+					  "sending to Redis was interrupted in this call; the rest is queued");
+			return false;
+		}
+		ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_WRITEABLE),
+						  deadline, false);
 		if (ready == -2 && keep_on_cut && conn_cancel_cuts && !ProcDiePending)
 		{
+			conn->cut_call = conn_call_id;
 			rw_error_set(err, RW_ERR_INTERRUPTED,
 					  "interrupted while sending to Redis; the rest is queued");
 			return false;

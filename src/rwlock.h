@@ -297,6 +297,8 @@ typedef struct RwConn
 	uint64		addr_gen;		/* the node's ep.addr_gen it connected at */
 	uint64		failed_call;	/* the call whose connection attempt failed */
 	RwError		failed_err;		/* ... and why */
+	uint64		cut_call;		/* the call in which a cancel cut a flush of
+								 * tagged commands short (rw_flush_tagged) */
 	void	  **owed;			/* tags of commands whose replies are due */
 	int			nowed;
 	int			capowed;

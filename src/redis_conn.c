@@ -41,7 +41,9 @@
  *	  waited for again in the same call (the abort that follows the
  *	  cancel of a statement whose subtransaction's releases it cut);
  *	- log lines between a Redis answer and its record wait for a safe
- *	  moment (rw_log_later).
+ *	  moment (rw_log_later);
+ *	- a password sent (AUTH) leaves no copy in memory: formatted and wiped
+ *	  here, and the output buffer wiped once written (conn_append_secret).
  *
  *-------------------------------------------------------------------------
  */
@@ -68,6 +70,9 @@
 #define CONN_KEEPALIVE_S 15		/* as hiredis's redisEnableKeepAlive */
 #define CONN_ALL_OWED	(-1)	/* conn_exchange: wait for the tagged only */
 #define CONN_LATE_MS	100		/* conn_wait: looks this long past a deadline */
+#define CONN_HANDSHAKE_ROOM 1024	/* the handshake's commands after AUTH
+									 * (conn_append_secret): about 500 bytes
+									 * at most */
 
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
@@ -502,6 +507,15 @@ conn_owe(RwConn *conn, void *tag)
  * Connecting
  * --------------------------------------------------------------------- */
 
+/* Wipe the output buffer whole, if it held a password (conn_append_secret). */
+static void
+conn_wipe_secret(RwConn *conn)
+{
+	if (conn->obuf_secret && conn->ctx != NULL && conn->ctx->obuf != NULL)
+		explicit_bzero(conn->ctx->obuf, sdsalloc(conn->ctx->obuf));
+	conn->obuf_secret = false;
+}
+
 void
 rw_conn_close(RwConn *conn)
 {
@@ -515,6 +529,7 @@ rw_conn_close(RwConn *conn)
 		rw_tls_close(conn->tls);
 		conn->tls = NULL;
 	}
+	conn_wipe_secret(conn);
 	if (conn->ctx != NULL)
 	{
 		redisFree(conn->ctx);	/* closes the socket */
@@ -693,6 +708,43 @@ conn_role_before_auth(RwConn *conn, int64 deadline, bool *checked,
 }
 
 /*
+ * Queue a command that carries a password (AUTH) on a new connection. No
+ * copy of it may stay in memory once it is sent: hiredis frees the command
+ * it formats as is, and empties the output buffer by its length only. So it
+ * is formatted here and wiped, into an output buffer with room made ahead
+ * for the rest of the handshake (CONN_HANDSHAKE_ROOM: appending no more
+ * than that never moves the buffer, which would free the old one as is);
+ * the buffer is wiped whole once written out (conn_write) or when the
+ * connection closes (rw_conn_close).
+ */
+static void
+conn_append_secret(RwConn *conn, int argc, const char **argv)
+{
+	redisContext *ctx = conn->ctx;
+	size_t		lens[3];
+	sds			cmd;
+	sds			room;
+	int			len;
+
+	Assert(argc <= 3);
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	len = redisFormatSdsCommandArgv(&cmd, argc, argv, lens);
+	if (len < 0)
+		elog(ERROR, "out of memory formatting a Redis command");
+	room = sdsMakeRoomFor(ctx->obuf, len + CONN_HANDSHAKE_ROOM);
+	if (room != NULL)
+	{
+		conn->obuf_secret = true;
+		ctx->obuf = sdscatlen(room, cmd, len);	/* fits: not moved */
+	}
+	explicit_bzero(cmd, len);
+	sdsfree(cmd);
+	if (room == NULL)
+		elog(ERROR, "out of memory formatting a Redis command");
+}
+
+/*
  * AUTH and SELECT as the URL asks, and a client name for CLIENT LIST. A
  * Redis that wants a password we did not give refuses CLIENT SETNAME with
  * NOAUTH; another refusal of it (an ACL) is ignored. For a Sentinel-named
@@ -740,7 +792,7 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 	{
 		const char *argv[3] = {"AUTH", user ? user : password, password};
 
-		rw_append(conn, user ? 3 : 2, argv, NULL, NULL);
+		conn_append_secret(conn, user ? 3 : 2, argv);
 		commands[n++] = "AUTH";
 	}
 	if (ep->db != 0)
@@ -1401,6 +1453,8 @@ conn_write(RwConn *conn, RwError *err)
 	}
 	if (n < 0)
 		return conn_fail(conn, err, RW_ERR_LOST, why);
+	if ((size_t) n == len)
+		conn_wipe_secret(conn); /* a password went out: no copy of it stays */
 	if ((size_t) n == len && sdsalloc(ctx->obuf) <= CONN_READ_BUF)
 		sdsclear(ctx->obuf);	/* keeps the small buffer of one call */
 	else if ((size_t) n == len)

@@ -299,6 +299,8 @@ typedef struct RwConn
 	RwError		failed_err;		/* ... and why */
 	uint64		cut_call;		/* the call in which a cancel cut a flush of
 								 * tagged commands short (rw_flush_tagged) */
+	bool		obuf_secret;	/* hiredis's output buffer held a password:
+								 * wiped once written out or closed */
 	void	  **owed;			/* tags of commands whose replies are due */
 	int			nowed;
 	int			capowed;

@@ -1019,6 +1019,16 @@ keeper_exit(int code, Datum arg)
 {
 	if (shared == NULL)
 		return;
+
+	/*
+	 * An error thrown under the table's lock (an out-of-memory in
+	 * keeper_cycle's copies, under LW_SHARED) ends a background worker with
+	 * the lock still held: taken again here, it would wait for itself, and
+	 * every session's publish behind it. ProcKill releases LWLocks only after
+	 * this callback; newer minor releases (15.20's shmem_exit) release them
+	 * before any exit callback, older ones do not.
+	 */
+	LWLockReleaseAll();
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (my_renewer >= 0)
 	{

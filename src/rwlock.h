@@ -667,6 +667,7 @@ extern RwNode *rw_quorum_member(RwNode *node, int i);
 extern int	rw_quorum_majority(RwNode *node);
 extern RwNode *rw_node_members(RwNode *node);
 extern int	rw_quorum_lease(RwNode *node);
+extern int64 rw_lease_drift_ms(int lease_ms);
 extern bool rw_quorum_may_ask(RwNode *node, int i);
 extern bool rw_quorum_may_ask_round(RwNode *node, int i);
 extern void rw_quorum_failed(RwNode *node, int i, const RwError *err);

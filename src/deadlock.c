@@ -603,7 +603,13 @@ dl_check_in(void)
 	size_t		vlen = strlen(dl.value);
 	bool		victim = false;
 
-	snprintf(px, sizeof(px), "%d", Max(3 * DeadlockTimeout, 2 * RW_INTENT_MS));
+	/*
+	 * It outlives the checks that write it again, every deadlock_timeout; in
+	 * int64: three times a deadlock_timeout above INT_MAX / 3 ms (8.3 days)
+	 * overflows int, and would have the key expire long before the next one.
+	 */
+	snprintf(px, sizeof(px), INT64_FORMAT,
+			 Max((int64) 3 * DeadlockTimeout, (int64) 2 * RW_INTENT_MS));
 	n = dl_command(dl.wait_key, 6, argv, r, &need);
 	for (int k = 0; k < n; k++)
 	{

@@ -393,15 +393,23 @@ held_release_xact(int level)
 /*
  * A cancel or statement_timeout cut the sending of the releases short at
  * transaction end (the transaction holds interrupts, so it would otherwise
- * wait for a stalled Redis up to rwlock.command_timeout): as PostgreSQL does
- * with a cancelled wait for synchronous replication, the cancel is taken as
- * served, with a WARNING. What was sent stands; the rest goes at the
- * session's next rwlock call, or when it ends, else the leases free it.
+ * wait for a stalled Redis up to rwlock.command_timeout), with a WARNING.
+ * What was sent stands; the rest goes at the session's next rwlock call, or
+ * when it ends, else the leases free it. At the end of a transaction, as
+ * PostgreSQL does with a cancelled wait for synchronous replication, the
+ * cancel is taken as served. At a subtransaction's abort the statement may
+ * go on (a PL/pgSQL EXCEPTION block), and a statement_timeout fires only
+ * once: the cancel stays pending, to end the statement at its next
+ * CHECK_FOR_INTERRUPTS once interrupts are resumed (after ROLLBACK TO
+ * SAVEPOINT, which ends its statement, PostgreSQL drops it at the next
+ * command read). The abort that follows does not wait on the connection
+ * the cancel cut again (redis_conn.c).
  */
 static void
 held_cancelled_at_xact_end(int level, bool abort)
 {
-	QueryCancelPending = false;
+	if (level == 0)
+		QueryCancelPending = false;
 	ereport(WARNING,
 			(errcode(ERRCODE_QUERY_CANCELED),
 			 errmsg("canceling the release of Redis locks at transaction end due to user request"),

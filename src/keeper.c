@@ -30,8 +30,18 @@
  *	- a hold lost and taken again while its renewal was in flight: the new
  *	  publish has a new generation, so the stale "lost" is dropped;
  *	- a dead backend: its slot is cleared at exit; a slot whose pid has no
- *	  PGPROC is dropped, never renewed; a crashed backend makes the
- *	  postmaster reinitialise shared memory, which empties the table.
+ *	  PGPROC is released on its owner's behalf, never renewed; a crashed
+ *	  backend makes the postmaster reinitialise shared memory, which
+ *	  empties the table.
+ * A hold left to the keeper (its backend exited before its own release got
+ * through, or is gone) is released on its owner's behalf. A release that
+ * fails (no connection, an error reply such as WRONGTYPE, a MOVED) is
+ * logged once, with why, and tried again until the hold's lease has
+ * certainly run out: then, or at once if the hold was found lost, the slot
+ * is freed without Redis and that is logged once. Nothing renews such a
+ * hold after its backend stopped (the keeper records when its own last
+ * renewal of it ended, answered or not), so the table never fills with
+ * holds of servers that are gone.
  * A renewal that finds the hold gone sets the slot's lost flag; the session
  * reports it at its next operation on that lock (held.c).
  *
@@ -102,6 +112,14 @@ typedef struct RwSlot
 								 * acquisition) */
 	int			procno;		/* the owner's PGPROC number: its request
 								 * sequence is seqs[procno] (protocol 3) */
+	int64		tried;			/* monotonic ms: the end of the keeper's
+								 * latest renewal of it, answered or not (one
+								 * not answered may have run until then) */
+	int64		stopped;		/* monotonic ms: when its backend stopped
+								 * renewing it (exiting, or found gone); 0
+								 * while live */
+	bool		release_failed; /* the keeper logged that it could not
+								 * release it */
 	char		owner[RW_OWNER_MAX];
 	char		url[RW_SPEC_MAX + 1];	/* the node's spec (url.c) */
 	char		key[RW_KEY_MAX];	/* the lock's hash key; :q follows */
@@ -416,6 +434,9 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 	s->gen = shared->next_gen++;
 	s->lost = false;
 	s->exit = SLOT_LIVE;
+	s->tried = 0;
+	s->stopped = 0;
+	s->release_failed = false;
 	s->token = token;
 	s->lease_ms = lease_ms;
 	pg_atomic_write_u64(&s->renewed, (uint64) renewed_ms);
@@ -463,6 +484,9 @@ keeper_set_exit(int slot, uint8 exit)
 	if (s->in_use && s->pid == MyProcPid)
 	{
 		s->exit = exit;
+		/* Every renewal this backend sent has ended by now. */
+		if (s->stopped == 0)
+			s->stopped = rw_now_ms();
 		s->gen = shared->next_gen++;
 		if (exit == SLOT_ORPHAN)
 			keeper_wake_for(s, rw_now_ms());
@@ -722,9 +746,88 @@ keeper_retry_later(const KWork *w, int64 now)
 }
 
 /*
+ * Whether the release of w is moot: the hold was found lost, or its lease
+ * has certainly run out (nothing renewed it after its backend stopped, or
+ * after the keeper's last renewal of it ended, whichever is later, by a
+ * lease and the clock drift allowed for). Then its slot is freed without
+ * Redis, and that is logged once. Also true if the slot changed since it
+ * was copied (not this process's to release now).
+ */
+static bool
+keeper_release_moot(KWork *w, KNode *k, int64 now)
+{
+	RwSlot	   *s = &shared->slots[w->slot];
+	char		name[RW_NAME_MAX + 1];
+	int64		last;
+	bool		lost;
+	bool		freed = false;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	if (!s->in_use || s->gen != w->gen)
+	{
+		LWLockRelease(shared->lock);
+		return true;
+	}
+	/* A live slot whose backend is gone stopped being renewed by now. */
+	if (s->stopped == 0)
+		s->stopped = now;
+	last = Max(Max((int64) pg_atomic_read_u64(&s->renewed), s->tried),
+			   s->stopped);
+	lost = s->lost;
+	if (lost || now >= last + s->lease_ms + rw_lease_drift_ms(s->lease_ms))
+	{
+		strlcpy(name, s->name, sizeof(name));
+		s->in_use = false;
+		s->gen = shared->next_gen++;
+		s->next_free = shared->free_head;
+		shared->free_head = w->slot;
+		freed = true;
+	}
+	LWLockRelease(shared->lock);
+	if (!freed)
+		return false;
+	if (lost)
+		ereport(LOG,
+				(errmsg("rwlock keeper gave up the release of Redis lock \"%s\" of process %d at %s: it was found lost",
+						name, w->pid, k->node.ep.display),
+				 errdetail("Its lease ran out or Redis lost its data: there is nothing to release.")));
+	else
+		ereport(LOG,
+				(errmsg("rwlock keeper gave up the release of Redis lock \"%s\" of process %d at %s: its lease has run out",
+						name, w->pid, k->node.ep.display),
+				 errdetail("Nothing renewed it for %.1f s (its lease is %.1f s): Redis no longer holds it for the owner.",
+						   (now - last) / 1000.0, w->lease_ms / 1000.0)));
+	return true;
+}
+
+/* Log, once a hold, that the keeper could not release it, and why. */
+static void
+keeper_release_failed(KWork *w, KNode *k, const RwError *err)
+{
+	RwSlot	   *s = &shared->slots[w->slot];
+	char		name[RW_NAME_MAX + 1];
+	bool		first = false;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	if (s->in_use && s->gen == w->gen && !s->release_failed)
+	{
+		s->release_failed = first = true;
+		strlcpy(name, s->name, sizeof(name));
+	}
+	LWLockRelease(shared->lock);
+	if (first)
+		ereport(LOG,
+				(errmsg("rwlock keeper could not release Redis lock \"%s\" of process %d at %s",
+						name, w->pid, k->node.ep.display),
+				 errdetail("%s", err->msg),
+				 errhint("It is tried again until its lease has run out, then given up: the lease frees the lock.")));
+}
+
+/*
  * Release a hold whose backend exited before its own release got through
- * (or is gone without a word), on behalf of its owner. Returns when to try
- * again if it failed (PG_INT64_MAX if not).
+ * (or is gone without a word), on behalf of its owner, unless that is moot
+ * (keeper_release_moot). Returns when to try again if it failed
+ * (PG_INT64_MAX if not).
  */
 static int64
 keeper_release(KWork *w, int64 now)
@@ -736,12 +839,46 @@ keeper_release(KWork *w, int64 now)
 	if (k == NULL)
 		return PG_INT64_MAX;
 	k->seen = now;
+	if (keeper_release_moot(w, k, now))
+		return PG_INT64_MAX;
 	if (!rw_release_as(&k->node, &w->keys, w->owner, w->seq, &err))
+	{
+		keeper_release_failed(w, k, &err);
 		return keeper_retry_later(w, now);
+	}
 	if (keeper_free_slot(w, name))
 		elog(LOG, "rwlock keeper released Redis lock \"%s\" of process %d, which exited before its own release got through",
 			 name, w->pid);
 	return PG_INT64_MAX;
+}
+
+/*
+ * A renewal of these holds ended at `now`, answered or not: one that was
+ * not may have run until then. Recorded in the slot of each hold that is
+ * still that hold (its backend and lock; a slot that went exiting or orphan
+ * since is one), for keeper_release_moot. Under the lock in exclusive
+ * mode.
+ */
+static void
+keeper_tried_locked(KWork *work, int n, int64 now)
+{
+	for (int i = 0; i < n; i++)
+	{
+		RwSlot	   *s = &shared->slots[work[i].slot];
+
+		if (s->in_use && s->pid == work[i].pid &&
+			strcmp(s->key, work[i].keys.key[0]) == 0)
+			s->tried = Max(s->tried, now);
+	}
+}
+
+/* The same, taking the lock. */
+static void
+keeper_tried(KWork *work, int n, int64 now)
+{
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	keeper_tried_locked(work, n, now);
+	LWLockRelease(shared->lock);
 }
 
 /*
@@ -773,6 +910,7 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 	now = rw_now_ms();
 	if (!ok)
 	{
+		keeper_tried(work, n, now);
 		if (!k->failing)
 			ereport(LOG,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -789,6 +927,7 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 	k->failing = false;
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	keeper_tried_locked(work, n, now);
 	for (int i = 0; i < n; i++)
 	{
 		RwSlot	   *s = &shared->slots[work[i].slot];
@@ -843,10 +982,13 @@ keeper_cycle(int64 *wake)
 		int64		early;
 		KNode	   *k;
 
-		if (!s->in_use || s->lost || !keeper_mine(s))
+		if (!s->in_use || !keeper_mine(s))
 			continue;
 		/* Its backend releases it at exit (unless it died meanwhile). */
 		if (s->exit == SLOT_EXITING && BackendPidGetProc(s->pid) != NULL)
+			continue;
+		/* A lost hold is not renewed; its backend reports it, if live. */
+		if (s->lost && s->exit == SLOT_LIVE && BackendPidGetProc(s->pid) != NULL)
 			continue;
 		cycle_had_holds = true;
 		if ((k = knode_find(s->url)) != NULL)
@@ -1043,6 +1185,16 @@ keeper_exit(int code, Datum arg)
 {
 	if (shared == NULL)
 		return;
+
+	/*
+	 * An error thrown under the table's lock (an out-of-memory in
+	 * keeper_cycle's copies, under LW_SHARED) ends a background worker with
+	 * the lock still held: taken again here, it would wait for itself, and
+	 * every session's publish behind it. ProcKill releases LWLocks only after
+	 * this callback; newer minor releases (15.20's shmem_exit) release them
+	 * before any exit callback, older ones do not.
+	 */
+	LWLockReleaseAll();
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (my_renewer >= 0)
 	{

@@ -450,6 +450,18 @@ quorum_collect_all(RwNode *node, RwAcquireCall *calls, RwVote *votes)
 	rw_conn_restore(cap);
 }
 
+/*
+ * The clock drift allowed for over a lease: rwlock.quorum_drift of it, plus
+ * a margin, as Redlock does (a grant counts only if it has more than this
+ * left: quorum_in_time). The keeper takes a lease for certainly run out
+ * only this long after its end (keeper.c).
+ */
+int64
+rw_lease_drift_ms(int lease_ms)
+{
+	return (int64) (lease_ms * rw_quorum_drift) + 1 + RW_QUORUM_MARGIN_MS;	/* up */
+}
+
 /* Whether a grant that started at started_ms still has time left. */
 static bool
 quorum_in_time(RwNode *node, int64 started_ms)

@@ -37,9 +37,13 @@
  *	  (rw_conn_tighten);
  *	- at transaction end, which holds interrupts, a cancel still cuts waits
  *	  short (rw_conn_cancellable): a flush of tagged commands then leaves
- *	  the rest queued on the open connection (rw_flush_tagged);
+ *	  the rest queued on the open connection (rw_flush_tagged), and is not
+ *	  waited for again in the same call (the abort that follows the
+ *	  cancel of a statement whose subtransaction's releases it cut);
  *	- log lines between a Redis answer and its record wait for a safe
- *	  moment (rw_log_later).
+ *	  moment (rw_log_later);
+ *	- a password sent (AUTH) leaves no copy in memory: formatted and wiped
+ *	  here, and the output buffer wiped once written (conn_append_secret).
  *
  *-------------------------------------------------------------------------
  */
@@ -66,6 +70,9 @@
 #define CONN_KEEPALIVE_S 15		/* as hiredis's redisEnableKeepAlive */
 #define CONN_ALL_OWED	(-1)	/* conn_exchange: wait for the tagged only */
 #define CONN_LATE_MS	100		/* conn_wait: looks this long past a deadline */
+#define CONN_HANDSHAKE_ROOM 1024	/* the handshake's commands after AUTH
+									 * (conn_append_secret): about 500 bytes
+									 * at most */
 
 static uint64 conn_call_id = 1;
 static int64 conn_cap = CONN_NO_DEADLINE;	/* see rw_conn_limit */
@@ -500,6 +507,15 @@ conn_owe(RwConn *conn, void *tag)
  * Connecting
  * --------------------------------------------------------------------- */
 
+/* Wipe the output buffer whole, if it held a password (conn_append_secret). */
+static void
+conn_wipe_secret(RwConn *conn)
+{
+	if (conn->obuf_secret && conn->ctx != NULL && conn->ctx->obuf != NULL)
+		explicit_bzero(conn->ctx->obuf, sdsalloc(conn->ctx->obuf));
+	conn->obuf_secret = false;
+}
+
 void
 rw_conn_close(RwConn *conn)
 {
@@ -513,6 +529,7 @@ rw_conn_close(RwConn *conn)
 		rw_tls_close(conn->tls);
 		conn->tls = NULL;
 	}
+	conn_wipe_secret(conn);
 	if (conn->ctx != NULL)
 	{
 		redisFree(conn->ctx);	/* closes the socket */
@@ -691,6 +708,43 @@ conn_role_before_auth(RwConn *conn, int64 deadline, bool *checked,
 }
 
 /*
+ * Queue a command that carries a password (AUTH) on a new connection. No
+ * copy of it may stay in memory once it is sent: hiredis frees the command
+ * it formats as is, and empties the output buffer by its length only. So it
+ * is formatted here and wiped, into an output buffer with room made ahead
+ * for the rest of the handshake (CONN_HANDSHAKE_ROOM: appending no more
+ * than that never moves the buffer, which would free the old one as is);
+ * the buffer is wiped whole once written out (conn_write) or when the
+ * connection closes (rw_conn_close).
+ */
+static void
+conn_append_secret(RwConn *conn, int argc, const char **argv)
+{
+	redisContext *ctx = conn->ctx;
+	size_t		lens[3];
+	sds			cmd;
+	sds			room;
+	int			len;
+
+	Assert(argc <= 3);
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	len = redisFormatSdsCommandArgv(&cmd, argc, argv, lens);
+	if (len < 0)
+		elog(ERROR, "out of memory formatting a Redis command");
+	room = sdsMakeRoomFor(ctx->obuf, len + CONN_HANDSHAKE_ROOM);
+	if (room != NULL)
+	{
+		conn->obuf_secret = true;
+		ctx->obuf = sdscatlen(room, cmd, len);	/* fits: not moved */
+	}
+	explicit_bzero(cmd, len);
+	sdsfree(cmd);
+	if (room == NULL)
+		elog(ERROR, "out of memory formatting a Redis command");
+}
+
+/*
  * AUTH and SELECT as the URL asks, and a client name for CLIENT LIST. A
  * Redis that wants a password we did not give refuses CLIENT SETNAME with
  * NOAUTH; another refusal of it (an ACL) is ignored. For a Sentinel-named
@@ -738,7 +792,7 @@ conn_handshake(RwConn *conn, const char *user, const char *password,
 	{
 		const char *argv[3] = {"AUTH", user ? user : password, password};
 
-		rw_append(conn, user ? 3 : 2, argv, NULL, NULL);
+		conn_append_secret(conn, user ? 3 : 2, argv);
 		commands[n++] = "AUTH";
 	}
 	if (ep->db != 0)
@@ -1399,6 +1453,8 @@ conn_write(RwConn *conn, RwError *err)
 	}
 	if (n < 0)
 		return conn_fail(conn, err, RW_ERR_LOST, why);
+	if ((size_t) n == len)
+		conn_wipe_secret(conn); /* a password went out: no copy of it stays */
 	if ((size_t) n == len && sdsalloc(ctx->obuf) <= CONN_READ_BUF)
 		sdsclear(ctx->obuf);	/* keeps the small buffer of one call */
 	else if ((size_t) n == len)
@@ -1598,11 +1654,24 @@ conn_flush(RwConn *conn, int64 deadline, bool keep_on_cut, RwError *err)
 	deadline = Min(deadline, conn_cap);
 	while (ok && sdslen(conn->ctx->obuf) > 0)
 	{
-		int			ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_WRITEABLE),
-									  deadline, false);
+		int			ready;
 
+		/*
+		 * A cancel cut this connection's sending short in this call: the
+		 * cancel ends the statement, and the abort that follows (the same
+		 * call) must not wait on it again for rwlock.command_timeout.
+		 */
+		if (keep_on_cut && conn->cut_call == conn_call_id)
+		{
+			rw_error_set(err, RW_ERR_INTERRUPTED,
+					  "sending to Redis was interrupted in this call; the rest is queued");
+			return false;
+		}
+		ready = conn_wait(conn, conn_wants(conn, WL_SOCKET_WRITEABLE),
+						  deadline, false);
 		if (ready == -2 && keep_on_cut && conn_cancel_cuts && !ProcDiePending)
 		{
+			conn->cut_call = conn_call_id;
 			rw_error_set(err, RW_ERR_INTERRUPTED,
 					  "interrupted while sending to Redis; the rest is queued");
 			return false;

@@ -69,6 +69,8 @@ typedef struct RwOwed
 	RwConn	   *conn;			/* node->cmd, or a cluster's or quorum's
 								 * member's */
 	bool		warn_if_lost;	/* a hold the session believed held */
+	uint64		call;			/* the call that queued it (rw_call_id) */
+	bool		awaited;		/* rw_release_await reports it if still owed */
 	struct RwOwed *next;
 } RwOwed;
 
@@ -134,6 +136,7 @@ release_record(RwNode *node, int ix, const char *name, const RwKeys *keys,
 	rec->keep = keep;
 	rec->lease_ms = lease_ms;
 	rec->warn_if_lost = warn_if_lost;
+	rec->call = rw_call_id();
 	while (*link != NULL)
 		link = &(*link)->next;
 	*link = rec;
@@ -370,33 +373,114 @@ rw_release_read_answers(void)
 	}
 }
 
+/* A connection rw_release_await could not drain, and why. */
+typedef struct RwDrainFailure
+{
+	RwConn	   *conn;
+	RwError		err;
+} RwDrainFailure;
+
+/*
+ * Drain one connection for rw_release_await; a failure other than an
+ * interrupt is kept in failed[] with why. False only if interrupted.
+ */
+static bool
+release_drain(RwConn *conn, RwDrainFailure *failed, int *nfailed, RwError *err)
+{
+	if (rw_conn_drain(conn, err))
+		return true;
+	if (err->kind == RW_ERR_INTERRUPTED)
+		return false;
+	failed[*nfailed].conn = conn;
+	failed[(*nfailed)++].err = *err;
+	return true;
+}
+
+/*
+ * Why a release rw_release_await waited for is still owed: the connection
+ * that serves it failed while draining, or could not be opened in this
+ * call, or the connection did not answer it.
+ */
+static void
+release_why_owed(RwOwed *rec, RwDrainFailure *failed, int nfailed,
+				 RwError *why)
+{
+	RwConn	   *conn = release_conn(rec->node, rec->ix, &rec->keys);
+
+	for (int i = 0; i < nfailed; i++)
+		if (failed[i].conn == conn || failed[i].conn == rec->conn)
+		{
+			*why = failed[i].err;
+			return;
+		}
+	if (conn->failed_call == rw_call_id())
+	{
+		*why = conn->failed_err;
+		return;
+	}
+	rw_error_set(why, RW_ERR_TIMEOUT, "no answer within rwlock.command_timeout (%d ms)",
+				 rw_command_timeout_ms);
+}
+
 /*
  * Wait, within one rwlock.command_timeout in all, for the answers to the
  * releases sent, and read them (redis_unlock_all: it reports the holds its
  * releases found lost itself, as redis_unlock does, instead of leaving them
  * to the next call, where they read as a warning about that call). A
- * server that does not answer in time keeps its releases owed. False, with
- * *err, only if an interrupt cut the wait short. Never throws.
+ * server that does not answer in time, or cannot be reached, keeps its
+ * releases owed: each release of a hold that this call queued and that is
+ * still owed is reported by this call (could not release, as redis_unlock
+ * says it), and is no loss to report when it is answered later (it is
+ * sent again, and its name is no longer held: a late "was lost" would read
+ * as a warning about that later call). False, with *err, only if an
+ * interrupt cut the wait short. Never throws.
  */
 bool
 rw_release_await(RwError *err)
 {
 	int64		cap = rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms);
 	bool		ok = true;
+	int			nconns = 0;
+	int			nfailed = 0;
+	RwDrainFailure *failed;
 
 	err->kind = RW_OK;
+	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
+	{
+		nconns++;
+		for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
+			nconns++;
+	}
+	failed = palloc(sizeof(RwDrainFailure) * Max(nconns, 1));
+	/* One a name: a quorum's members do not report losses either. */
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		rec->awaited = rec->call == rw_call_id() && rec->warn_if_lost &&
+			rec->keep != RW_KEEP_ALL && rec->ix < 0;
 	for (RwNode *node = rw_first_node(); node != NULL && ok; node = node->next)
 	{
 		if (node->nowed == 0)
 			continue;
-		if (!rw_conn_drain(&node->cmd, err) && err->kind == RW_ERR_INTERRUPTED)
-			ok = false;
+		ok = release_drain(&node->cmd, failed, &nfailed, err);
 		for (RwNode *m = rw_node_members(node); m != NULL && ok; m = m->next)
-			if (!rw_conn_drain(&m->cmd, err) && err->kind == RW_ERR_INTERRUPTED)
-				ok = false;
+			ok = release_drain(&m->cmd, failed, &nfailed, err);
 	}
 	rw_conn_restore(cap);
 	rw_release_read_answers();
+	/* Those answered are dropped by now: the rest are still owed. */
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+	{
+		RwError		why;
+
+		if (!rec->awaited)
+			continue;
+		rec->awaited = false;
+		if (!ok)
+			continue;			/* the interrupt is what the call reports */
+		rec->warn_if_lost = false;
+		release_why_owed(rec, failed, nfailed, &why);
+		rw_note_release_failed(rec->name, &why);
+	}
+	pfree(failed);
 	return ok;
 }
 

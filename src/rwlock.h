@@ -297,6 +297,10 @@ typedef struct RwConn
 	uint64		addr_gen;		/* the node's ep.addr_gen it connected at */
 	uint64		failed_call;	/* the call whose connection attempt failed */
 	RwError		failed_err;		/* ... and why */
+	uint64		cut_call;		/* the call in which a cancel cut a flush of
+								 * tagged commands short (rw_flush_tagged) */
+	bool		obuf_secret;	/* hiredis's output buffer held a password:
+								 * wiped once written out or closed */
 	void	  **owed;			/* tags of commands whose replies are due */
 	int			nowed;
 	int			capowed;
@@ -665,6 +669,7 @@ extern RwNode *rw_quorum_member(RwNode *node, int i);
 extern int	rw_quorum_majority(RwNode *node);
 extern RwNode *rw_node_members(RwNode *node);
 extern int	rw_quorum_lease(RwNode *node);
+extern int64 rw_lease_drift_ms(int lease_ms);
 extern bool rw_quorum_may_ask(RwNode *node, int i);
 extern bool rw_quorum_may_ask_round(RwNode *node, int i);
 extern void rw_quorum_failed(RwNode *node, int i, const RwError *err);

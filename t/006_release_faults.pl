@@ -25,6 +25,11 @@
 #    lock and unlock cost no NOSCRIPT round trip; after a SCRIPT FLUSH under
 #    a kept connection, one NOSCRIPT is answered, and every script is sent
 #    with its body once more.
+# 7. Holds Redis lost (keys deleted), let go of by redis_unlock_all while
+#    Redis is out of reach (stopped; frozen): the call says itself that it
+#    could not release each of them (one warning a name), and no later call
+#    reports a late "was lost" for them (issue 38): an unlock of such a name
+#    afterwards gives one warning, that it is not held.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -459,6 +464,50 @@ is($n_unlock4, $tries, '4. redis_unlock returned true for every hold redis_held_
 	is($calls->('eval'), 2, '6. two EVALs: the lock sent again, the unlock');
 	$s6->quit;
 	redis_stop($p6);
+}
+
+# 7. redis_unlock_all of lost holds while Redis is out of reach. A Redis of
+# its own, stopped and frozen.
+{
+	my $p7 = redis_start();
+	my $s7 = session($node);
+	sq($s7, "SET rwlock.redis_url = 'redis://127.0.0.1:$p7/0'");
+	sq($s7, "SET rwlock.command_timeout = '500ms'");
+	sq($s7, "SET rwlock.connect_timeout = '500ms'");
+	my $warnings_of = sub { my ($e) = @_; return scalar(() = $e =~ /WARNING:/g); };
+	for my $how ('stopped', 'frozen')
+	{
+		my @names = ("u1$how", "u2$how");
+		($out, $err) = sq($s7, "SELECT redis_wlock('$names[0]') > 0 AND redis_rlock('$names[1]') >= 0");
+		is($out, 't', "7. $how: the session holds two locks") or diag $err;
+		redis_cli($p7, 'DEL', map { "$prefix:{$_}" } @names);
+		if ($how eq 'stopped') { redis_stop($p7); }
+		else { redis_sigstop($p7); }
+		($out, $err) = sq($s7, 'SELECT redis_unlock_all()');
+		is($out, '2', "7. $how: redis_unlock_all counts both holds");
+		is($warnings_of->($err), 2, "7. $how: two warnings") or diag $err;
+		like($err, qr/WARNING:  08006: could not release Redis lock "$names[0]"/,
+			"7. $how: that it could not release the first");
+		like($err, qr/WARNING:  08006: could not release Redis lock "$names[1]"/,
+			"7. $how: and the second");
+		diag "7. $how, redis_unlock_all: " . strip_location($err);
+		if ($how eq 'stopped') { redis_start($p7); }
+		else { redis_sigcont($p7); }
+		($out, $err) = sq($s7, "SELECT redis_wlock('v$how') > 0 AND redis_unlock('v$how')");
+		is($out, 't', "7. $how: Redis back, a lock of another name");
+		is($err, '', "7. $how: with no late warning about the holds let go of") or diag $err;
+		($out, $err) = sq($s7, "SELECT redis_unlock('$names[0]')");
+		is($out, 'f', "7. $how: an unlock of one of them: false");
+		is($warnings_of->($err), 1, "7. $how: one warning") or diag $err;
+		like($err, qr/you don't own a session-level hold of Redis lock "$names[0]"/,
+			"7. $how: that it is not held");
+		($out, $err) = sq($s7, "SELECT redis_wlock('$names[0]') > 0");
+		is($out, 't', "7. $how: the session takes it again");
+		is($err, '', "7. $how: with no late warning") or diag $err;
+		sq($s7, 'SELECT redis_unlock_all()');
+	}
+	$s7->quit;
+	redis_stop($p7);
 }
 
 $_->quit for ($s1, $s2, $filler);

@@ -280,6 +280,57 @@ for my $type ('normal', 'pubsub')
 	$_->quit for ($holder, $waiter);
 }
 
+# --- f) A cancel that cuts the releases of a subtransaction's abort short
+# (a PL/pgSQL EXCEPTION block) is not swallowed: the statement goes on
+# after the abort, and its statement_timeout fires only once, so the cancel
+# must end the statement there. The block's first round takes 2,000 _xact
+# locks, then sleeps while Redis is frozen: their releases (EVAL with the
+# script's body) fill the socket, and the timeout comes while the abort
+# sends them. The loop's next lock call would wait on the frozen Redis for
+# rwlock.command_timeout (an hour).
+redis_sigcont($port);
+{
+	my $sx = session($node);
+	my $sxpid = session_pid($sx);
+	($out) = sq($sx, "SELECT redis_wlock('f0') > 0 AND redis_unlock('f0')");
+	is($out, 't', 'f) the session is connected to Redis');
+	sq($sx, "SET rwlock.command_timeout = '1h'");
+	sq($sx, "SET statement_timeout = '5s'");
+	my $t0 = sq_send($sx, q{DO $$
+BEGIN
+  FOR i IN 1..1000 LOOP
+    BEGIN
+      PERFORM redis_wlock_xact('f' || i || '.' || j)
+        FROM generate_series(1, CASE WHEN i = 1 THEN 2000 ELSE 1 END) j;
+      IF i = 1 THEN PERFORM pg_sleep(1); END IF;
+      RAISE EXCEPTION 'x';
+    EXCEPTION WHEN others THEN
+    END;
+  END LOOP;
+END $$});
+	my $asleep = wait_until(
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT wait_event FROM pg_stat_activity WHERE pid = $sxpid") eq 'PgSleep';
+		},
+		5);
+	ok(defined $asleep, 'f) the block took its locks and sleeps');
+	redis_sigstop($port);
+	($out, $err, $secs, $thawed) = wait_or_thaw($sx, 1, 5 + $patience - (time - $t0));
+	$secs = time - $t0 if $thawed;
+	like($err, qr/WARNING:  57014: canceling the release of Redis locks/,
+		'f) statement_timeout cut the releases of the abort short');
+	is(sqlstate($err), '57014', 'f) and the statement then ends with 57014');
+	cmp_ok($secs, '<', 6, 'f) within statement_timeout (5 s) + 1 s');
+	diag sprintf('f) SIGSTOP, statement_timeout during an EXCEPTION block\'s releases: %s, %s',
+		fmt_secs($secs, $thawed), ($err =~ /(ERROR:[^\n]*)/)[0] // '(no error)');
+	redis_sigcont($port);
+	sq($sx, 'RESET statement_timeout');
+	($out, $err) = sq($sx, "SELECT redis_wlock('f1.1') > 0 AND redis_unlock('f1.1')");
+	is($out, 't', 'f) after the thaw the session takes a lock its abort released') or diag $err;
+	$sx->quit;
+}
+
 $_->quit for ($conn, $fresh, $cancel{redis_lock_info}, $cancel{redis_unlock}, $committer);
 $node->stop;
 redis_stop($port);

@@ -209,6 +209,48 @@ SELECT redis_unlock('s1');");
 		'mode 0600: accepted');
 }
 
+# No copy of the password stays in a backend's memory once it has
+# connected (issue 38): the password file's copies are wiped (passfile.c),
+# and so must be the connection's output buffer, which hiredis only empties
+# by its length, and hiredis's formatted AUTH command, which it frees as
+# is. The backend's writable private memory is read through /proc (the
+# same user: no privilege needed), after a lock and an unlock on the
+# connection and with the connection kept open.
+{
+	no warnings 'portable';    # 64-bit addresses through hex()
+	my $node = $nodes{0};
+	configure($node, 'file+conf');
+	my $s = session($node);
+	my ($out, $err) = sq($s, "SELECT redis_wlock('m1') > 0, redis_unlock('m1')");
+	is($out, 't|t', 'a session authenticates with the password file and locks');
+	my $pid = session_pid($s);
+	my ($regions, $bytes, $found) = (0, 0, 0);
+	open my $maps, '<', "/proc/$pid/maps" or die "/proc/$pid/maps: $!";
+	open my $mem, '<:raw', "/proc/$pid/mem" or die "/proc/$pid/mem: $!";
+	while (my $line = <$maps>)
+	{
+		my ($from, $to, $perm) = $line =~ /^([0-9a-f]+)-([0-9a-f]+) (\S+)/ or next;
+		next unless $perm =~ /^rw.p/;
+		my ($at, $end) = (hex $from, hex $to);
+		my $tail = '';
+		$regions++;
+		while ($at < $end)
+		{
+			my $n = $end - $at < 1 << 20 ? $end - $at : 1 << 20;
+			sysseek($mem, $at, 0) or last;
+			my $got = sysread($mem, my $buf, $n);
+			last unless $got;
+			$bytes += $got;
+			$found++ if index($tail . $buf, $pw) >= 0;
+			$tail = substr($buf, -length($pw));
+			$at += $got;
+		}
+	}
+	cmp_ok($bytes, '>', 1 << 20, "the backend's private writable memory was read ($regions regions)");
+	is($found, 0, "no copy of the password in the backend's memory");
+	$s->quit;
+}
+
 # Documented: without preloading, a password in the URL in postgresql.conf
 # is shown by SHOW to every role before the library is loaded (docs/connecting.md).
 {

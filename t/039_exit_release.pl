@@ -10,7 +10,17 @@
 #     a waiter gets the lock;
 #  b) a normal exit (Redis up) leaves nothing to the keeper: no such log;
 #  c) quorum mode (3 masters, two of them stopped): the keeper releases the
-#     hold on a majority once they answer again.
+#     hold on a majority once they answer again;
+#  d) the Redis never comes back (issue 38): rwlock.max_holds = 16, a
+#     terminated session left 12 holds on a Redis stopped for good. Once
+#     their lease has certainly run out the keeper frees their slots
+#     without Redis, saying why once a hold (and once that it could not
+#     release it), and a new session takes 12 holds on another Redis with
+#     every one published (no "table ... is full");
+#  e) a release Redis refuses (the lock's key holds a string: WRONGTYPE) is
+#     logged once with Redis's answer, and given up once the lease has run
+#     out;
+#  f) a hold the keeper found lost, left to it at exit, is freed at once.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -111,6 +121,103 @@ sub client_id_of
 		sprintf('c) the hold gone from every master %.2f s after they answered again (lease 30 s)', time - $t0));
 	like(slurp_file($q->logfile), qr/rwlock keeper released Redis lock "qw" of process $pid/, 'c) logged');
 	$q->stop;
+}
+
+# ---- d) a Redis that never comes back ----
+{
+	my $gone = redis_start();
+	my $live = redis_start();
+	my $m = new_node('exitgone', port => $gone, preload => 1, lease => '2s',
+		conf => "rwlock.max_holds = 16\nrwlock.command_timeout = '1s'\nrwlock.connect_timeout = '1s'\n");
+	ok(defined wait_until(sub { keeper_pid($m) ne '' }, 10), 'd) the keeper runs');
+	my $sa = session($m);
+	my $names = join(', ', map { "redis_wlock('g$_') > 0" } 1 .. 12);
+	my ($out) = sq($sa, "SELECT $names");
+	is($out, join('|', ('t') x 12), 'd) a session holds 12 locks on a Redis');
+	my $pid = session_pid($sa);
+	($out) = sq($sa, "SELECT count(*) FROM redis_locks WHERE pid = $pid");
+	is($out, '12', 'd) all 12 are published');
+	redis_cli($gone, 'CLIENT', 'KILL', 'ID', client_id_of($pid, $gone));
+	redis_stop($gone);
+	$m->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+	my $t0 = time;
+	ok(defined wait_until(sub { backend_gone($m, $pid) }, 5), 'd) the session exited, its Redis stopped for good');
+	my $freed = wait_until(sub {
+		$m->safe_psql('postgres', "SELECT count(*) FROM redis_locks WHERE pid = $pid") eq '0';
+	}, 15);
+	ok(defined $freed, sprintf('d) its 12 slots are free %.1f s after the exit (lease 2 s)', time - $t0));
+	my $log = slurp_file($m->logfile);
+	my $given = () = $log =~ /rwlock keeper gave up the release of Redis lock "g\d+" of process $pid/g;
+	is($given, 12, 'd) each given up, logged once');
+	like($log, qr/rwlock keeper gave up the release of Redis lock "g\d+" of process $pid at redis:\/\/127\.0\.0\.1:$gone\/0: its lease has run out/,
+		'd) saying why');
+	my $failed = () = $log =~ /rwlock keeper could not release Redis lock "g\d+" of process $pid/g;
+	is($failed, 12, 'd) that it could not release each was logged once too');
+	my $sb = session($m);
+	sq($sb, "SET rwlock.redis_url = 'redis://127.0.0.1:$live/0'");
+	my $err;
+	($out, $err) = sq($sb, "SELECT $names");
+	is($out, join('|', ('t') x 12), 'd) a new session takes 12 locks on another Redis');
+	unlike($err, qr/table of Redis lock holds is full/, 'd) with no "table is full"') or diag $err;
+	($out) = sq($sb, "SELECT count(*) FROM redis_locks WHERE pid = " . session_pid($sb));
+	is($out, '12', 'd) every one published for the keeper');
+	sq($sb, 'SELECT redis_unlock_all()');
+	$sb->quit;
+	diag "d) $_" for $log =~ /^.*rwlock keeper (?:could not release|gave up the release of) Redis lock "g1" .*\n(?:.*(?:DETAIL|HINT):.*\n)*/mg;
+
+	# e) A release Redis refuses: the lock's key holds a string (WRONGTYPE).
+	# Logged once, with Redis's answer; given up once the lease has run out.
+	my $sc = session($m);
+	sq($sc, "SET rwlock.redis_url = 'redis://127.0.0.1:$live/0'");
+	($out) = sq($sc, "SELECT redis_wlock('wt') > 0");
+	is($out, 't', 'e) a session holds wt');
+	$pid = session_pid($sc);
+	redis_cli($live, 'CLIENT', 'KILL', 'ID', client_id_of($pid, $live));
+	redis_cli($live, 'SET', 'tap_exitgone:{wt}', 'not a hash');
+	redis_sigstop($live);
+	$m->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+	ok(defined wait_until(sub { backend_gone($m, $pid) }, 5), 'e) the session exited, its release not sent');
+	redis_sigcont($live);
+	$t0 = time;
+	$freed = wait_until(sub {
+		$m->safe_psql('postgres', "SELECT count(*) FROM redis_locks WHERE pid = $pid") eq '0';
+	}, 15);
+	ok(defined $freed, sprintf('e) its slot is free %.1f s after Redis answered again (lease 2 s)', time - $t0));
+	$log = slurp_file($m->logfile);
+	$failed = () = $log =~ /rwlock keeper could not release Redis lock "wt" of process $pid/g;
+	is($failed, 1, 'e) that it could not release it logged once, though tried again');
+	like($log, qr/rwlock keeper could not release Redis lock "wt" of process $pid at [^\n]*\n[^\n]*DETAIL:  [^\n]*WRONGTYPE/,
+		"e) with Redis's answer");
+	$given = () = $log =~ /rwlock keeper gave up the release of Redis lock "wt" of process $pid at [^\n]*: its lease has run out/g;
+	is($given, 1, 'e) given up once its lease ran out, logged once');
+	diag "e) $_" for $log =~ /^.*rwlock keeper (?:could not release|gave up the release of) Redis lock "wt" .*\n(?:.*(?:DETAIL|HINT):.*\n)*/mg;
+	$sc->quit;
+
+	# f) A hold the keeper found lost (its keys deleted), left to it at exit:
+	# there is nothing to release, the slot is freed at once.
+	my $sf = session($m);
+	sq($sf, "SET rwlock.redis_url = 'redis://127.0.0.1:$live/0'");
+	($out) = sq($sf, "SELECT redis_wlock('lx') > 0");
+	is($out, 't', 'f) a session holds lx');
+	$pid = session_pid($sf);
+	redis_cli($live, 'DEL', 'tap_exitgone:{lx}');
+	ok(defined wait_until(sub {
+		$m->safe_psql('postgres', "SELECT lease_state FROM redis_locks WHERE pid = $pid") eq 'lost';
+	}, 5), 'f) the keeper found it lost');
+	redis_cli($live, 'CLIENT', 'KILL', 'ID', client_id_of($pid, $live));
+	redis_sigstop($live);
+	$m->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+	ok(defined wait_until(sub { backend_gone($m, $pid) }, 5), 'f) the session exited, its release not sent');
+	$freed = wait_until(sub {
+		$m->safe_psql('postgres', "SELECT count(*) FROM redis_locks WHERE pid = $pid") eq '0';
+	}, 5);
+	ok(defined $freed, 'f) its slot is free within 5 s, Redis still frozen (lease 2 s)');
+	like(slurp_file($m->logfile), qr/rwlock keeper gave up the release of Redis lock "lx" of process $pid at [^\n]*: it was found lost/,
+		'f) logged');
+	redis_sigcont($live);
+	$sf->quit;
+	$m->stop;
+	redis_stop($live);
 }
 
 $node->stop;

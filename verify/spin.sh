@@ -11,9 +11,13 @@
 #   verify/spin.sh --mutant NAME   only that mutant: a known-wrong protocol
 #                                  or client, which must be caught
 #   verify/spin.sh --config NAME   only that configuration
-#   verify/spin.sh --long          also the larger fault budgets, and the
-#                                  limits by design (restart, eviction,
-#                                  failover break exclusion), minutes more
+#   verify/spin.sh --long          also the larger fault budgets (late
+#                                  delivery with three clients, or three
+#                                  requests), the limits by design
+#                                  (restart, eviction, failover break
+#                                  exclusion) and two harmless variants
+#                                  (renew-unchecked, settle-skipped):
+#                                  minutes more
 #   verify/spin.sh --trail         print the trail of each violation found
 #                                  (a short one: the depth bound is raised
 #                                  until the first violation turns up)

@@ -40,10 +40,11 @@ pg_virtualenv -t -o shared_preload_libraries=rwlock make installcheck REGRESS=ke
   { status=1; cat regression.diffs 2>/dev/null || true; }
 bash test/protocol.sh || status=1
 # The protocol model-checked (SPIN): the configurations that must pass, the
-# findings and mutants that must be caught (the fixed findings' old forms
-# among them); and the model's script steps against lua/ on a real Redis.
+# findings and mutants that must be caught (the fixed findings' old forms,
+# protocol 2 and scripts that forget the request order among them); and the
+# model's script steps against lua/ on a real Redis.
 bash verify/spin.sh || status=1
-for m in no-publish old-F1 old-F3-token; do
+for m in no-publish old-F1 old-F3-token proto2 no-seq-acquire no-seq-release; do
   bash verify/spin.sh --mutant $m >/dev/null || { echo "spin: mutant $m not caught"; status=1; }
 done
 /usr/bin/python3 verify/diff_scripts.py --steps 300 || status=1

@@ -5,22 +5,30 @@ lua/ on a real redis-server, side by side, on random sequences.
 The model keeps every time of the lock's hash relative to now, in ticks (a
 "tval": 0 absent, 1 lapsed, k+1 k ticks left); this file re-states its
 acquire, release and renew inlines in Python, line for line and with the
-same abstraction, and runs the real scripts on a Redis started for the
-purpose.  Redis's clock cannot be controlled, so the test follows it:
+same abstraction, protocol 3's request order included (seq, the fields
+s:<o>, stale requests), and runs the real scripts on a Redis started for
+the purpose.  Redis's clock cannot be controlled, so the test follows it:
 one tick is TICK_MS of real time, every call of a tick is made within the
 first WINDOW_MS of it, and the durations passed to the scripts are whole
 ticks less half a tick (a lease of 3 ticks is 400 ms), so that an end set
 in one tick is unambiguously before or after the calls of any later tick.
 The readers' turn (release.lua's READER_TURN_MS, 100 ms) is then one tick.
 
+Each owner keeps a request counter. A random step is an acquisition, a
+release, a withdrawal or a renewal of a random owner: most carry the
+owner's next seq (a renewal: its counter as it is), some an older one, as
+a request delivered late (or a second time) would: stale where Redis
+recorded a newer one, run as new where it did not (never sent before, or
+its record gone with the hash).
+
 After each call it compares
   - the answer: granted or busy, the hint in ticks, the token (a write
     grant: a new token larger than every earlier one, or the same token
     again; a read grant: the last write token), held 1/0 for release and
-    renew;
-  - the hash: which fields exist, w, n, f, each r:<o>, rm, i:<o>, qe, rt,
-    rw, z as tvals, the writer's lease (the hash's TTL), and the queue key
-    (its members in order, its TTL);
+    renew, or the error reply RWLOCK_STALE;
+  - the hash: whether it exists, w, n, f, each r:<o>, rm, i:<o>, s:<o>,
+    qe, rt, rw, z as tvals, the writer's lease (the hash's TTL), and the
+    queue key (its members in order, its TTL);
   - who the release told (a PUBLISH to the readers, to one writer).
 It also checks the rule of docs/protocol.md 3.3 that a field i:<o> is
 present only while <o> is in the queue (the known divergence of issue 28
@@ -42,6 +50,8 @@ import random
 import sys
 import time
 
+import redis
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test"))
 import rwtest  # noqa: E402
 
@@ -59,6 +69,8 @@ N = 3
 OWNERS = ["o%d" % i for i in range(N)]
 HASH, QUEUE = "rw:{a}", "rw:{a}:q"
 NEWTOK = "new"
+STALE = ("stale",)                   # the answer RWLOCK_STALE: nothing changed
+VERSION = "3"
 
 
 def TV(k):
@@ -75,6 +87,7 @@ class Lock:
     def clear_hash(self):
         self.ex, self.w, self.wl, self.f, self.n, self.rm = False, None, 0, None, 0, 0
         self.r, self.i = [0] * N, [0] * N
+        self.s = [None] * N         # s:<o>: the newest seq run of each owner
         self.m = [0] * N            # waiting readers' own marks, m:<o>
         self.qe = self.rt = self.rw = self.z = 0
 
@@ -105,8 +118,17 @@ class Lock:
         self.z = zz if zz >= 2 else 0
 
     # ---------------------------------------------------------------- acquire
-    def acquire(self, cc, mode, mk):
-        """acquire.lua with ARGV[7] "-": ("granted", token) or ("busy", hint)."""
+    def acquire(self, cc, mode, mk, seq):
+        """acquire.lua with seq and ARGV[8] "-": STALE when seq is not above
+        s:<cc> (nothing changes); else ("granted", token) or ("busy",
+        hint), and seq becomes s:<cc> whatever the answer."""
+        if self.s[cc] is not None and seq <= self.s[cc]:
+            return STALE, None
+        got = self.acq_body(cc, mode, mk)
+        self.s[cc] = seq
+        return got
+
+    def acq_body(self, cc, mode, mk):
         S = self
         if S.w is None and S.z == 0 and mode == "w" and S.n == 0:
             S.ex, S.w, S.f, S.wl = True, cc, NEWTOK, TV(LEASE)
@@ -269,8 +291,13 @@ class Lock:
         return ("granted", NEWTOK), None
 
     # ------------------------------------------------------------------ renew
-    def renew(self, cc):
+    def renew(self, cc, seq):
+        """renew.lua with seq: checked against s:<cc>, never recorded."""
         S = self
+        if S.s[cc] is None:
+            return 0                    # no record: it holds nothing here
+        if S.s[cc] > seq:
+            return STALE
         if S.w == cc:
             if S.r[cc] > 0:
                 S.r[cc] = TV(LEASE)
@@ -284,9 +311,19 @@ class Lock:
         return 1
 
     # ---------------------------------------------------------------- release
-    def release(self, cc, kq):
-        """release.lua keep "" (kq False) or "q": (held, told) where told is
-        the set of wake-ups published: "r" and/or the writer's index."""
+    def release(self, cc, kq, seq):
+        """release.lua keep "" (kq False) or "q" with seq: STALE when seq is
+        not above s:<cc>; else (held, told), where told is the set of
+        wake-ups published: "r" and/or the writer's index, and seq becomes
+        s:<cc> even where the owner held nothing (the hash is made then)."""
+        if self.s[cc] is not None and seq <= self.s[cc]:
+            return STALE, set()
+        got = self.rel_body(cc, kq)
+        self.ex = True
+        self.s[cc] = seq
+        return got
+
+    def rel_body(self, cc, kq):
         S = self
         told = set()
         if not kq and S.z == 0 and S.w == cc and S.r[cc] == 0:
@@ -297,13 +334,12 @@ class Lock:
             if S.n > 1:
                 S.r[cc] = 0
                 S.n -= 1
-            elif S.f is not None:
-                S.r[cc], S.n, S.rm = 0, 0, 0
             else:
-                self.clear_hash()
+                # the last reader: the hash stays for keep (f, the s: fields)
+                S.r[cc], S.n, S.rm = 0, 0, 0
             return held, told
         ln, lrm, lqe, lrt, lrw = S.n, S.rm, S.qe, S.rt, S.rw
-        f0, r0 = S.f is not None, S.r[cc] > 0
+        r0 = S.r[cc] > 0
         changed = left_reader = False
         held = 0
         if S.i[cc] > 0:
@@ -342,7 +378,6 @@ class Lock:
                 changed = left_reader = True
                 S.n = ln if ln > 0 else 0
                 S.rm = lrm if ln > 0 else 0
-        isfree = False
         if changed and S.w is None:
             first = None
             if lqe >= 2:
@@ -383,13 +418,10 @@ class Lock:
             if first is None and lrw > 0:
                 lrw = 0
                 S.rw = 0
-            isfree = first is None and ln == 0
             if go is not None:
                 told.add(go)
-        if isfree and not f0:
-            self.clear_hash()
-        else:
-            S.commit_z(lqe, lrt, lrw)
+        # free or not, the hash stays (for keep when free)
+        S.commit_z(lqe, lrt, lrw)
         return held, told
 
 
@@ -406,32 +438,25 @@ class Real:
         while self.p.get_message(timeout=0.2) is not None:
             pass
 
-    # Protocol 3: every acquire and release takes the next request number
-    # (one counter for all owners: it never goes back for any of them);
-    # a renewal goes as of the newest. The model has no late requests: the
-    # numbers only have to be in order here (test/protocol.sh and the
-    # chaos test's fault proxy check stale ones).
-    seq = 0
+    def call(self, script, args):
+        """The script's answer, or STALE for its RWLOCK_STALE error reply."""
+        try:
+            return self.s[script](keys=[HASH, QUEUE], args=args)
+        except redis.exceptions.ResponseError as e:
+            if str(e).startswith("RWLOCK_STALE "):
+                return STALE
+            raise
 
-    def next_seq(self):
-        self.seq += 1
-        return str(self.seq)
+    def acquire(self, cc, mode, mk, seq):
+        return self.call("acquire", [VERSION, OWNERS[cc], seq, mode, ms(LEASE), ms(mk),
+                                     KEEP_MS, "-"])
 
-    def acquire(self, cc, mode, mk):
-        v = self.s["acquire"](keys=[HASH, QUEUE],
-                              args=["3", OWNERS[cc], self.next_seq(), mode, ms(LEASE), ms(mk),
-                                    KEEP_MS, "-"])
-        return v
-
-    def release(self, cc, kq):
-        return self.s["release"](keys=[HASH, QUEUE],
-                                 args=["3", OWNERS[cc], self.next_seq(), "q" if kq else "",
-                                       ms(LEASE), KEEP_MS])
-
-    def renew(self, cc):
-        return self.s["renew"](keys=[HASH, QUEUE],
-                               args=["3", OWNERS[cc], str(max(self.seq, 1)), ms(LEASE),
+    def release(self, cc, kq, seq):
+        return self.call("release", [VERSION, OWNERS[cc], seq, "q" if kq else "", ms(LEASE),
                                      KEEP_MS])
+
+    def renew(self, cc, seq):
+        return self.call("renew", [VERSION, OWNERS[cc], seq, ms(LEASE), KEEP_MS])
 
     def told(self):
         got = set()
@@ -459,57 +484,26 @@ class Real:
             left = int(v) - now
             return 1 if left <= 0 else -(-left // TICK_MS) + 1
 
-        # The lock's own fields: protocol 3's records of its owners (s:),
-        # the pruning mark (sp), v and x outlive a free lock that was only
-        # read, where the model (protocol 2's rules) has no hash.
-        own = [k for k in h if k not in ("v", "x", "sp") and not k.startswith("s:")]
         st = {
-            "ex": bool(own),
+            "ex": bool(h),
             "w": OWNERS.index(h["w"]) if "w" in h else None,
             "wl": (-(-pttl // TICK_MS) + 1) if "w" in h else 0,
             "f": int(h["f"]) if "f" in h else None,
             "n": int(h.get("n", 0)),
             "r": [tv(h.get("r:" + o)) for o in OWNERS],
             "i": [tv(h.get("i:" + o)) for o in OWNERS],
+            "s": [int(h["s:" + o]) if "s:" + o in h else None for o in OWNERS],
         }
         for k in ("rm", "qe", "rt", "rw", "z"):
             st[k] = tv(h.get(k))
         st["q"] = [OWNERS.index(x.decode()) for x in q]
         st["qt"] = (-(-qttl // TICK_MS) + 1) if q else 0
-        # Where protocol 2 deleted a free lock's hash (nothing held, no
-        # token), protocol 3 keeps it for its records, with whatever lapsed
-        # fields it had: lapsed counts as absent everywhere (docs/protocol.md
-        # 3.3), so such a hash is the model's absent one.
-        timed = [k for k in own if k in ("rm", "qe", "rt", "rw", "z", "n")
-                 or k[:2] in ("r:", "i:", "m:")]
-        if (st["w"] is None and st["f"] is None and len(timed) == len(own)
-                and all(k == "n" or tv(h[k]) == 1 for k in timed) and st["n"] == 0):
-            st["ex"] = False
-            for k in ("rm", "qe", "rt", "rw", "z"):
-                st[k] = 0
-            st["r"] = [0] * len(OWNERS)
-            st["i"] = [0] * len(OWNERS)
         return st
-
-
-def comparable(st):
-    """A state with lapsed times as absent (docs/protocol.md 3.3: a lapsed
-    field counts as absent everywhere). Protocol 3 keeps a free lock's hash
-    for its owners' records, lapsed fields and all, where the model, on
-    protocol 2's rules, deleted it: which lapsed fields linger is no longer
-    the model's to say; what every live field is, still is."""
-    c = dict(st)
-    c["ex"] = None                  # a hash of lapsed fields only: either
-    for k in ("rm", "qe", "rt", "rw", "z"):
-        c[k] = 0 if c[k] == 1 else c[k]
-    c["r"] = [0 if v == 1 else v for v in c["r"]]
-    c["i"] = [0 if v == 1 else v for v in c["i"]]
-    return c
 
 
 def model_state(m):
     return {"ex": m.ex, "w": m.w, "wl": m.wl if m.w is not None else 0, "f": m.f,
-            "n": m.n, "r": list(m.r), "i": list(m.i), "rm": m.rm, "qe": m.qe,
+            "n": m.n, "r": list(m.r), "i": list(m.i), "s": list(m.s), "rm": m.rm, "qe": m.qe,
             "rt": m.rt, "rw": m.rw, "z": m.z, "q": list(m.q), "qt": m.qt if m.q else 0}
 
 
@@ -520,8 +514,10 @@ def run(args):
     rng = random.Random(args.seed)
     model = Lock()
     tokens = []                     # every write token returned so far
+    counter = [0] * N               # each owner's request counter
     history = []
-    slips = stale = steps = 0
+    slips = stale_intent = steps = 0
+    late = stale = 0                # older seqs sent; answered RWLOCK_STALE
     t0 = time.monotonic()
     tick = 0
 
@@ -539,6 +535,17 @@ def run(args):
         model = Lock()
         tokens = []
         history.append("-- slip: the lock starts again empty")
+
+    def next_seq(cc, renewal):
+        """The seq of a request of cc's: mostly its next (a renewal: its
+        counter as it is); one in four an older one, sent again late."""
+        nonlocal late
+        if counter[cc] > 0 and rng.random() < 0.25:
+            late += 1
+            return rng.randint(1, counter[cc]), " late"
+        if not renewal:
+            counter[cc] += 1
+        return max(counter[cc], 1), ""
 
     while steps < args.steps:
         # the start of a tick
@@ -558,15 +565,21 @@ def run(args):
             cc = rng.randrange(N)
             op = rng.choice(("r", "w", "w", "release", "release", "q", "renew"))
             fval = model.f
+            seq, how = next_seq(cc, op == "renew")
             if op in ("r", "w"):
                 mk = rng.choice((0, MARK, MARK))
-                want, told_want = model.acquire(cc, op, mk)
+                want, told_want = model.acquire(cc, op, mk, seq)
                 told_want = told_want or set()
-                got = real.acquire(cc, op, mk)
-                desc = "o%d acquire %s mark %d" % (cc, op, mk)
-                if isinstance(got, bytes):
+                got = real.acquire(cc, op, mk, seq)
+                desc = "o%d acquire %s mark %d seq %d%s" % (cc, op, mk, seq, how)
+                if want == STALE or got == STALE:
+                    if got != want:
+                        fail("%s: real answered %r, model %r" % (desc, got, want))
+                    stale += 1
+                    desc += ": stale"
+                elif isinstance(got, bytes):
                     fail("%s: real answered %r (a conflict), model %r" % (desc, got, want))
-                if want[0] == "granted":
+                elif want[0] == "granted":
                     if got < 0:
                         fail("%s: model granted, real busy %d ms" % (desc, -got))
                     if want[1] == NEWTOK:
@@ -588,17 +601,19 @@ def run(args):
                     desc += ": busy %d" % want[1]
             elif op in ("release", "q"):
                 kq = op == "q"
-                held, told_want = model.release(cc, kq)
-                got = real.release(cc, kq)
-                desc = "o%d release%s: %d" % (cc, " q" if kq else "", got)
+                held, told_want = model.release(cc, kq, seq)
+                got = real.release(cc, kq, seq)
+                desc = "o%d release%s seq %d%s: %s" % (cc, " q" if kq else "", seq, how, got)
                 if got != held:
-                    fail("%s: model %d" % (desc, held))
+                    fail("%s: model %s" % (desc, held))
+                stale += got == STALE
             else:
-                held = model.renew(cc)
-                got = real.renew(cc)
-                desc = "o%d renew: %d" % (cc, got)
+                held = model.renew(cc, seq)
+                got = real.renew(cc, seq)
+                desc = "o%d renew seq %d%s: %s" % (cc, seq, how, got)
                 if got != held:
-                    fail("%s: model %d" % (desc, held))
+                    fail("%s: model %s" % (desc, held))
+                stale += got == STALE
                 told_want = set()
             told = real.told()
             st = real.state()
@@ -611,7 +626,7 @@ def run(args):
             history.append("%s  told %s  %s" % (desc, sorted(map(str, told)), ms_))
             if told != told_want:
                 fail("%s: real told %s, model %s" % (desc, told, told_want))
-            if comparable(st) != comparable(ms_):
+            if st != ms_:
                 diff = {k: (ms_[k], st[k]) for k in st if st[k] != ms_[k]}
                 fail("%s: state differs (model, real): %s" % (desc, diff))
             # a live intent i:<o> is always queued (a lapsed one may outlive
@@ -624,11 +639,12 @@ def run(args):
                     if not args.allow_stale_intent:
                         fail("o%d: field i: present but not in the queue "
                              "(docs/protocol.md 3.3; the known divergence of issue 28)" % k)
-                    stale += 1
+                    stale_intent += 1
     server.stop()
     print("diff_scripts: %d steps, %d ticks, seed %d: model and lua/ agree "
-          "(%d slips restarted; %d states with an i: field out of the queue%s)" %
-          (steps, tick, args.seed, slips, stale,
+          "(%d with an older seq, %d answered RWLOCK_STALE; %d slips restarted; "
+          "%d states with an i: field out of the queue%s)" %
+          (steps, tick, args.seed, late, stale, slips, stale_intent,
            ", allowed: --allow-stale-intent" if args.allow_stale_intent else ""))
 
 

@@ -8,9 +8,24 @@
  * What is modelled
  *
  *   One lock: the hash P:{E} with the fields the scripts keep (w, f, r:<o>,
- *   n, rm, i:<o>, qe, rt, rw, z) and the queue key P:{E}:q with its own TTL.
- *   Each script (acquire, release, renew) is one atomic step, as Redis runs
- *   it; the inlines below follow the Lua line by line, field by field.
+ *   n, rm, i:<o>, qe, rt, rw, z, s:<o>) and the queue key P:{E}:q with its
+ *   own TTL.  Each script (acquire, release, renew) is one atomic step, as
+ *   Redis runs it; the inlines below follow the Lua line by line, field by
+ *   field.
+ *
+ *   Protocol 3's request order (docs/protocol.md 4.1): each client keeps a
+ *   request counter; every acquire and release it sends carries the next
+ *   value (seq, ARGV[3]); the hash keeps s:<o>, the newest seq it ran of
+ *   each owner.  An acquire or release whose seq is not above s:<o> is
+ *   stale (RWLOCK_STALE) and changes nothing; any other runs and records
+ *   its seq whatever it answers, a release even where the owner held
+ *   nothing (it makes the hash).  A renewal carries the counter as it is,
+ *   is stale when s:<o> is above it, answers 0 without an s:<o>, and
+ *   records nothing.  The record lives with the hash: a writer's lease
+ *   that runs out, the keep expiry, a restart, an eviction or a failover
+ *   loses it, as in Redis; so does acquire.lua's pruning (PRUNES: the
+ *   s: field of an owner with no other field goes, at any moment, as when
+ *   a new owner comes to a hash of 48 fields or more).
  *
  *   Time: a discrete clock.  Every time field is kept relative to now, as
  *   a "tval": 0 the field is absent, 1 present but lapsed (<= now), k+1
@@ -24,10 +39,11 @@
  *   Abstracted: the field x and the keep TTL (600 s, far beyond a lease):
  *   a hash with no writer in which nothing is live any more may expire at
  *   any moment (an over-approximation: Redis waits keep longer).  The
- *   version field v (always 2).  Upgrades (u) and downgrades (keep "r"):
- *   the clients here hold nothing when they acquire, and say so with
- *   ARGV[7] = "-" as the extension does.  Stacking (the client's own
- *   counts) and the try forms without a wait (mark 0).
+ *   version field v (always 3) and the take-over of protocol 2 hashes.
+ *   Upgrades (u) and downgrades (keep "r"): the clients here hold nothing
+ *   when they acquire, and say so with ARGV[8] = "-" as the extension does.
+ *   Stacking (the client's own counts) and the try forms without a wait
+ *   (mark 0).  Seqs are kept as ranks (normseq): only their order matters.
  *
  *   Tokens: Redis's TIME in microseconds is later at every script call
  *   than at the one before (the clock never steps back: the assumption of
@@ -56,13 +72,18 @@
  *   syncs at any moment: it may miss any number of the last writes);
  *   RESTARTS restarts that lose the data set; EVICTIONS of the hash or of
  *   the queue key; LOSTMSG wake-up messages lost (the subscriber's
- *   connection broke); LATE commands of a dropped connection that Redis
- *   still runs later, after other clients' and the same client's later
- *   commands on a new connection (a stalled Redis reads the old socket
- *   after the new one).  SCRIPT FLUSH is not a step of its own: EVALSHA
- *   answers NOSCRIPT without running anything and the client sends the
- *   same call as EVAL (releases at commit go as EVAL from the start), so a
- *   flush is either invisible or a dropped connection.
+ *   connection broke); LATE requests delivered late: any acquire, release,
+ *   withdrawal or renewal, cut off (to its client, a dropped connection)
+ *   but still in flight, runs at any later step, after any of the other
+ *   clients' and the same client's later requests (a proxy, a partition
+ *   that heals, TCP retransmission: on any connection; no client kills
+ *   one).  With DUPS, a request that ran and was answered may also be
+ *   still in flight, and run a second time later (duplicated).  One
+ *   request in flight at a time, LATE in all.  SCRIPT FLUSH is not a
+ *   step of its own: EVALSHA answers NOSCRIPT without running anything and
+ *   the client sends the same call as EVAL (releases at commit go as EVAL
+ *   from the start), so a flush is either invisible or a dropped
+ *   connection.
  *
  * Properties (asserted after every step; see spin.sh for which faults
  * each configuration admits)
@@ -79,7 +100,15 @@
  *      or a message: then the hint is all there is, by design.
  *   P4 a released lock is free: a release answered by Redis leaves no
  *      record of the client's hold, and a client that holds nothing and
- *      owes nothing has no live hold in Redis.
+ *      owes nothing has no live hold in Redis.  Save a "phantom": a hold
+ *      made by a late request that ran after Redis lost its owner's record
+ *      (the hash went: a writer's lease ran out, keep, a restart, an
+ *      eviction, a failover), which no record can stop (docs/protocol.md
+ *      4.1).  With NO_PHANTOMS none is admitted, and keep never runs out
+ *      while a request is in flight (every request arrives within keep):
+ *      verify/FINDINGS.md F5.
+ *   P5 a client's own newest request (acquire, release, renewal) is never
+ *      answered RWLOCK_STALE.
  */
 
 #ifndef N
@@ -113,8 +142,21 @@
 #ifndef LATE
 #define LATE 0
 #endif
+#ifndef PRUNES
+#define PRUNES 0
+#endif
 #ifndef ACQUIRES
 #define ACQUIRES 255			/* acquisitions per client (bounds a run) */
+#endif
+
+#if LATE > 0
+#define LATEC late_c
+#define LATEK late_k
+#define LATES late_s
+#else
+#define LATEC NONE
+#define LATEK 0
+#define LATES 0
 #endif
 
 #ifdef MUT_NO_SETTLE
@@ -132,6 +174,8 @@
 #define NEWTOK 15
 #define LIVE(v) ((v) >= 2)
 #define TV(k) ((k) + 1)			/* a time k ticks from now */
+#define STALE 2					/* res: RWLOCK_STALE, nothing changed */
+#define SEQMAX 8				/* seq ranks stay below */
 
 typedef Lock {
 	bool	ex;					/* the hash exists */
@@ -149,6 +193,7 @@ typedef Lock {
 	byte	q[N];				/* the queue key: members, by score */
 	byte	qn;
 	byte	qt;					/* the queue key's TTL (tval) */
+	byte	s[N];				/* fields s:<o>: the newest seq run (rank), 0 absent */
 };
 
 Lock	st;						/* the master */
@@ -165,15 +210,24 @@ byte	sl[N];					/* SLEEP: ticks left of the sleep */
 bool	msg[N];					/* a wake-up message is pending */
 bool	taint[N];				/* this sleep saw a fault that loses wake-ups */
 bool	owed[N];				/* a release (keep "") is owed */
+byte	sq[N];					/* the owner's request counter: the seq of its
+								 * newest acquire or release (rank) */
+bool	lost[N];				/* ghost: Redis lost the record s:<o> of the
+								 * newest request of o's that it ran */
+bool	phantom[N];				/* ghost: a late request of o's ran after its
+								 * record was lost: it may hold what o does
+								 * not know of (F5) */
 #if ACQUIRES < 255
 byte	nacq[N];
 #endif
 
 /* Faults used */
-byte	drops, failovers, restarts, evictions, lostmsgs;
+byte	drops, failovers, restarts, evictions, lostmsgs, prunes;
 #if LATE > 0
-byte	late_c = NONE;			/* a command in flight on a dropped connection */
-byte	late_k;					/* 1 acquire r, 2 acquire w, 3 release "" */
+byte	late_c = NONE;			/* a request in flight, to run late */
+byte	late_k;					/* 1 acquire r, 2 acquire w, 3 release "",
+								 * 4 release "q", 5 renew */
+byte	late_s;					/* its seq (rank, as sq) */
 byte	lates;
 #endif
 
@@ -183,10 +237,15 @@ byte	top, lastret;
 /* Temporaries of the atomic steps (not part of the state) */
 hidden byte cc, mm, mk, res, hint, tokr, held, i, j, e, q0, first, fe, go;
 hidden byte more, behind, g6, g7, waiting, changed, left_reader, readers_wait,
-			rgo, isfree, f0, r0;
+			rgo, r0;
 hidden int ln, lrm, lqe, lrt, lrw, cnt, until, myread, myint, zz;
+hidden byte saverq;
 hidden byte savecc, savemm, c2, tmp, oldf, ub, inq, cleaned, sfirst, sfe, smore;
 hidden byte gnow;
+hidden byte rq;					/* the seq a request carries (rank) */
+hidden byte stale;				/* the request was stale: nothing changed */
+hidden byte olds[N];
+hidden byte ph;
 
 /* ------------------------------------------------------------------ */
 /* Redis primitives                                                   */
@@ -197,7 +256,7 @@ inline clear_hash(S)
 	S.qe = 0; S.rt = 0; S.rw = 0; S.z = 0;
 	i = 0;
 	do
-	:: i < N -> S.r[i] = 0; S.in[i] = 0; i++
+	:: i < N -> S.r[i] = 0; S.in[i] = 0; S.s[i] = 0; i++
 	:: else -> break
 	od;
 	skip
@@ -246,7 +305,7 @@ inline copy_state(D, S)
 	D.qe = S.qe; D.rt = S.rt; D.rw = S.rw; D.z = S.z; D.qn = S.qn; D.qt = S.qt;
 	i = 0;
 	do
-	:: i < N -> D.r[i] = S.r[i]; D.in[i] = S.in[i]; D.q[i] = S.q[i]; i++
+	:: i < N -> D.r[i] = S.r[i]; D.in[i] = S.in[i]; D.q[i] = S.q[i]; D.s[i] = S.s[i]; i++
 	:: else -> break
 	od;
 	skip
@@ -292,7 +351,7 @@ inline commit_z(S, a, b, c)
 }
 
 /* ------------------------------------------------------------------ */
-/* acquire.lua, for caller cc, mode mm, mark mk (ARGV[7] = "-")        */
+/* acquire.lua, for caller cc, mode mm, mark mk (ARGV[8] = "-")        */
 /* out: res 1 granted (tokr: NEWTOK or the rank returned), 0 busy     */
 /* (hint: ticks)                                                      */
 
@@ -444,7 +503,7 @@ inline acq_busy(S, u)
 	res = 0
 }
 
-inline acquire(S)
+inline acq_body(S)
 {
 	res = 0; hint = 0; tokr = 0; cleaned = 0;
 	if
@@ -473,7 +532,7 @@ inline acquire(S)
 		ln = S.n; lrm = S.rm; lqe = S.qe; lrt = S.rt; lrw = S.rw;
 		myread = S.r[cc]; myint = S.in[cc];
 		g7 = (S.r[cc] > 0); g6 = (S.in[cc] > 0);
-		/* ARGV[7] "-": a reader field of the caller's is left over */
+		/* ARGV[8] "-": a reader field of the caller's is left over */
 		if
 		:: S.r[cc] > 0 ->
 			S.r[cc] = 0;
@@ -600,10 +659,32 @@ inline acquire(S)
 	fi
 }
 
-/* ------------------------------------------------------------------ */
-/* renew.lua for cc: res 1 still held, 0 lost                          */
+/* acquire.lua: first the order of the owner's requests (ARGV[3], seq rq):
+ * one not newer than s:<owner> is stale and changes nothing; any other
+ * runs, and its seq becomes s:<owner> whatever it answers. */
+inline acquire(S)
+{
+	stale = 0;
+	/* mutants: protocol 2 (MUT_PROTO2) had no order; MUT_NO_SEQ_ACQUIRE
+	 * forgets the check here (its seq is still recorded) */
+#if !defined(MUT_PROTO2) && !defined(MUT_NO_SEQ_ACQUIRE)
+	if
+	:: S.s[cc] != 0 && rq <= S.s[cc] -> stale = 1
+	:: else
+	fi;
+#endif
+	if
+	:: stale -> res = STALE; hint = 0; tokr = 0
+	:: else -> acq_body(S); S.s[cc] = rq
+	fi
+}
 
-inline renew(S)
+/* ------------------------------------------------------------------ */
+/* renew.lua for cc with seq rq (the owner's counter when it was sent):  */
+/* res 1 still held, 0 lost, STALE a newer request of the owner's ran    */
+/* (checked, never recorded)                                             */
+
+inline renew_body(S)
 {
 	if
 	:: S.w == cc ->
@@ -616,6 +697,28 @@ inline renew(S)
 	:: S.w != cc && (S.r[cc] == 0 || S.w != NONE) -> res = 0
 	:: S.w == NONE && S.r[cc] == 1 -> res = 0
 	:: S.w == NONE && S.r[cc] >= 2 -> S.r[cc] = TV(LEASE); res = 1
+	fi
+}
+
+inline renew(S)
+{
+	stale = 0;
+	/* mutants: protocol 2 checked nothing; MUT_NO_SEQ_RENEW forgets the
+	 * order (not the "no record: 0") */
+#if !defined(MUT_PROTO2) && !defined(MUT_NO_SEQ_RENEW)
+	if
+	:: S.s[cc] > rq -> stale = 1
+	:: else
+	fi;
+#endif
+	if
+	:: stale -> res = STALE
+#ifndef MUT_PROTO2
+	:: !stale && S.s[cc] == 0 -> res = 0	/* no record: it holds nothing here */
+	:: !stale && S.s[cc] != 0 -> renew_body(S)
+#else
+	:: !stale -> renew_body(S)
+#endif
 	fi
 }
 
@@ -671,7 +774,7 @@ inline rel_live(S)
 	fi
 }
 
-inline release(S, kq, pub)
+inline rel_body(S, kq, pub)
 {
 	held = 0;
 	if
@@ -687,13 +790,12 @@ inline release(S, kq, pub)
 		held = (S.r[cc] >= 2);
 		if
 		:: S.n > 1 -> S.r[cc] = 0; S.n--
-		:: S.n <= 1 && S.f > 0 -> S.r[cc] = 0; S.n = 0; S.rm = 0
-		:: S.n <= 1 && S.f == 0 -> clear_hash(S)
+		:: S.n <= 1 -> S.r[cc] = 0; S.n = 0; S.rm = 0	/* the hash stays for keep */
 		fi
 	:: else ->
 		/* the general path */
 		ln = S.n; lrm = S.rm; lqe = S.qe; lrt = S.rt; lrw = S.rw;
-		f0 = (S.f > 0); r0 = (S.r[cc] > 0);
+		r0 = (S.r[cc] > 0);
 		changed = 0; left_reader = 0;
 		if
 		:: S.in[cc] > 0 -> zrem(S, cc); S.in[cc] = 0; changed = 1
@@ -732,7 +834,6 @@ inline release(S, kq, pub)
 			:: else
 			fi
 		fi;
-		isfree = 0;
 		if
 		:: changed && S.w == NONE ->
 			first = NONE;
@@ -761,7 +862,6 @@ inline release(S, kq, pub)
 			:: first == NONE && lrw > 0 -> lrw = 0; S.rw = 0
 			:: else
 			fi;
-			isfree = (first == NONE && ln == 0);
 #ifndef MUT_NO_PUBLISH
 			if
 			:: pub ->
@@ -781,10 +881,28 @@ inline release(S, kq, pub)
 #endif
 		:: else
 		fi;
-		if
-		:: isfree && !f0 -> clear_hash(S)
-		:: else -> commit_z(S, lqe, lrt, lrw)
-		fi
+		/* free or not, the hash stays (for keep when free): the last
+		 * token and the owners' s: fields */
+		commit_z(S, lqe, lrt, lrw)
+	fi
+}
+
+/* release.lua: the seq check as in acquire.lua; a release that runs
+ * records its seq even where the owner held nothing, making the hash if
+ * there was none (v and s:<owner>, TTL keep). */
+inline release(S, kq, pub)
+{
+	stale = 0;
+	/* mutants: MUT_PROTO2, MUT_NO_SEQ_RELEASE as in acquire */
+#if !defined(MUT_PROTO2) && !defined(MUT_NO_SEQ_RELEASE)
+	if
+	:: S.s[cc] != 0 && rq <= S.s[cc] -> stale = 1
+	:: else
+	fi;
+#endif
+	if
+	:: stale -> held = 0
+	:: else -> rel_body(S, kq, pub); S.ex = 1; S.s[cc] = rq
 	fi
 }
 
@@ -820,6 +938,74 @@ inline normalize()
 	st.f = nf1; lastret = nlr; top = ntop;
 #if FAILOVERS > 0
 	snap.f = nf2
+#endif
+}
+
+/* Anything left in the hash */
+#define HAS3(S, I) (I < N && (S.r[I] > 0 || S.in[I] > 0 || S.s[I] > 0))
+#define HAS(S) (S.w != NONE || S.f > 0 || S.n > 0 || S.rm > 0 || S.qe > 0 || S.rt > 0 || \
+	S.rw > 0 || S.z > 0 || HAS3(S, 0) || HAS3(S, 1) || HAS3(S, 2) || HAS3(S, 3))
+
+/* Seqs, per owner: only their order matters, and only while a request of
+ * the owner's is in flight. Then they are kept as ranks among those
+ * referenced (the counter, the record on the master and on the replica,
+ * the request in flight). Otherwise every request to come is newer than
+ * any record: the counter is 1, lost (read by a late request only) 0, and
+ * a record only tells renew.lua that the owner may hold something. Every
+ * call that writes a w or r: field writes the record, and the record
+ * goes only with the hash, so where the owner has a w or r: field the
+ * record is there: it is kept as 1 exactly then, as 0 otherwise. (A hash
+ * whose fields are all gone, or that is not there, are the same to every
+ * script: ex says whether anything is left.) */
+hidden byte c3, nq, ns1, ns2, nl;
+#if FAILOVERS > 0
+#define SNAPS(c) snap.s[c]
+#else
+#define SNAPS(c) 0
+#endif
+
+inline normseq()
+{
+	c3 = 0;
+	do
+	:: c3 < N && LATEC != c3 ->
+		sq[c3] = 1;
+		st.s[c3] = (st.w == c3 || st.r[c3] > 0 -> 1 : 0);
+#if FAILOVERS > 0
+		snap.s[c3] = (snap.w == c3 || snap.r[c3] > 0 -> 1 : 0);
+#endif
+		lost[c3] = 0;
+		c3++
+	:: c3 < N && LATEC == c3 ->
+		nr = 0; nq = 0; ns1 = 0; ns2 = 0; nl = 0;
+		k = 1;
+		do
+		:: k <= SEQMAX ->
+			if
+			:: sq[c3] == k || st.s[c3] == k || SNAPS(c3) == k || LATES == k ->
+				nr++;
+				if :: sq[c3] == k -> nq = nr :: else fi;
+				if :: st.s[c3] == k -> ns1 = nr :: else fi;
+				if :: SNAPS(c3) == k -> ns2 = nr :: else fi;
+				if :: LATES == k -> nl = nr :: else fi
+			:: else
+			fi;
+			k++
+		:: else -> break
+		od;
+		sq[c3] = nq; st.s[c3] = ns1;
+#if FAILOVERS > 0
+		snap.s[c3] = ns2;
+#endif
+#if LATE > 0
+		late_s = nl;
+#endif
+		c3++
+	:: else -> break
+	od;
+	st.ex = HAS(st)
+#if FAILOVERS > 0
+	; snap.ex = HAS(snap)
 #endif
 }
 
@@ -889,14 +1075,14 @@ inline check_wakeups()
 {
 	skip;
 #ifndef NO_P3
-	savecc = cc; savemm = mm;
+	savecc = cc; savemm = mm; saverq = rq;
 	c2 = 0;
 	do
 	:: c2 < N ->
 		if
 		:: pc[c2] == SLEEP && !msg[c2] && !taint[c2] && sl[c2] > 0 && !STALE_INTENT(c2) ->
 			copy_state(sc, st);
-			cc = c2; mm = md[c2]; mk = MARK;
+			cc = c2; mm = md[c2]; mk = MARK; rq = sq[c2] + 1;
 			acquire(sc);
 			assert(res == 0)		/* P3: free for it, and asleep */
 		:: else
@@ -904,7 +1090,7 @@ inline check_wakeups()
 		c2++
 	:: else -> break
 	od;
-	cc = savecc; mm = savemm
+	cc = savecc; mm = savemm; rq = saverq
 #endif
 }
 
@@ -916,13 +1102,12 @@ inline check_idle()
 	i = 0;
 	do
 	:: i < N ->
-#if LATE > 0
 		if
-		:: pc[i] != HOLD && !owed[i] && late_c != i ->
-#else
+		:: phantom[i] && st.w != i && st.r[i] < 2 -> phantom[i] = 0
+		:: else
+		fi;
 		if
-		:: pc[i] != HOLD && !owed[i] ->
-#endif
+		:: pc[i] != HOLD && !owed[i] && !phantom[i] ->
 			assert(st.w != i && st.r[i] < 2)	/* P4 */
 		:: else
 		fi;
@@ -932,14 +1117,28 @@ inline check_idle()
 #endif
 }
 
+/* The state after each step, for trails: a column per client */
+#define X2(a) a[0], a[1]
+#define X3(a) a[0], a[1], a[2 % N]
 inline dump()
 {
-	printf("    hash: ex=%d w=%d(%d) f=%d r=%d,%d,%d n=%d rm=%d i=%d,%d,%d qe=%d rt=%d rw=%d z=%d queue=%d:%d,%d ttl %d\n",
-		st.ex, st.w, st.wl, st.f, st.r[0], st.r[1], st.r[2 % N], st.n, st.rm, st.in[0], st.in[1], st.in[2 % N],
+#if N > 2
+	printf("    hash: ex=%d w=%d(%d) f=%d r=%d,%d,%d n=%d rm=%d i=%d,%d,%d s:=%d,%d,%d qe=%d rt=%d rw=%d z=%d queue=%d:%d,%d ttl %d\n",
+		st.ex, st.w, st.wl, st.f, X3(st.r), st.n, st.rm, X3(st.in), X3(st.s),
 		st.qe, st.rt, st.rw, st.z, st.qn, st.q[0], st.q[1], st.qt);
 	printf("    clients: pc=%d,%d,%d md=%d,%d,%d belief=%d,%d,%d sleep=%d,%d,%d msg=%d,%d,%d owed=%d,%d,%d tokens top=%d lastret=%d\n",
-		pc[0], pc[1], pc[2 % N], md[0], md[1], md[2 % N], bl[0], bl[1], bl[2 % N], sl[0], sl[1], sl[2 % N],
-		msg[0], msg[1], msg[2 % N], owed[0], owed[1], owed[2 % N], top, lastret)
+		X3(pc), X3(md), X3(bl), X3(sl), X3(msg), X3(owed), top, lastret);
+	printf("    seqs: counter=%d,%d,%d lost=%d,%d,%d phantom=%d,%d,%d in flight: c%d kind %d seq %d\n",
+		X3(sq), X3(lost), X3(phantom), LATEC, LATEK, LATES)
+#else
+	printf("    hash: ex=%d w=%d(%d) f=%d r=%d,%d n=%d rm=%d i=%d,%d s:=%d,%d qe=%d rt=%d rw=%d z=%d queue=%d:%d,%d ttl %d\n",
+		st.ex, st.w, st.wl, st.f, X2(st.r), st.n, st.rm, X2(st.in), X2(st.s),
+		st.qe, st.rt, st.rw, st.z, st.qn, st.q[0], st.q[1], st.qt);
+	printf("    clients: pc=%d,%d md=%d,%d belief=%d,%d sleep=%d,%d msg=%d,%d owed=%d,%d tokens top=%d lastret=%d\n",
+		X2(pc), X2(md), X2(bl), X2(sl), X2(msg), X2(owed), top, lastret);
+	printf("    seqs: counter=%d,%d lost=%d,%d phantom=%d,%d in flight: c%d kind %d seq %d\n",
+		X2(sq), X2(lost), X2(phantom), LATEC, LATEK, LATES)
+#endif
 }
 
 inline checks()
@@ -948,7 +1147,7 @@ inline checks()
 	check_exclusion();
 	check_wakeups();
 	check_idle();
-	skip
+	normseq()
 }
 
 /* ------------------------------------------------------------------ */
@@ -982,31 +1181,78 @@ inline answered_acquire()
 #define ACKED() skip
 #endif
 
+/* The owner's newest request ran: Redis has its record again; an
+ * acquisition ("-") or a release (not "q") dropped whatever a late request
+ * left there. */
+inline own_ran(dropped)
+{
+	if
+	:: !stale && rq == sq[cc] ->
+		lost[cc] = 0;
+		if :: dropped -> phantom[cc] = 0 :: else fi
+	:: else
+	fi
+}
+
 inline acquire_master()
 {
 	oldf = st.f;
 	acquire(st);
-	issue()
+	issue();
+	own_ran(1)
 }
+
+inline release_master(kq)
+{
+	release(st, kq, 1);
+	own_ran(1 - kq)
+}
+
+/* A new acquire or release of cc's: the next seq of its counter */
+inline newreq()
+{
+	sq[cc]++;
+	rq = sq[cc]
+}
+
+/* Delivery of a request late, by any amount, on any connection: it runs
+ * at some later step (the world's), after any of the owner's later
+ * requests. Duplicated: a request that ran (and was answered) is also
+ * still in flight, to run again later. One at a time, LATE in all. */
+#if LATE > 0
+#define LATE_OK (lates < LATE && late_c == NONE)
+#define GO_LATE(k) lates++; late_c = cc; late_k = k; late_s = rq
+#endif
+#if LATE > 0 && defined(DUPS)
+#define DUP_OK LATE_OK
+#else
+#define DUP_OK 0
+#endif
 
 inline try_acquire()
 {
-	/* as the client: mode mm chosen, mark MARK */
+	/* as the client: mode mm chosen, mark MARK; each try a new request */
 	mk = MARK;
+	newreq();
 	if
-	:: d_step { acquire_master() }; answered_acquire() ; printf("c%d acquire %d: granted=%d hint %d\n", cc, mm, res, hint)
+	:: d_step { acquire_master(); assert(!stale) /* P5 */ }; answered_acquire() ; printf("c%d acquire %d: granted=%d hint %d\n", cc, mm, res, hint)
+#if LATE > 0
+	:: DUP_OK -> d_step { acquire_master(); assert(!stale) /* P5 */ }; answered_acquire();
+		printf("c%d acquire %d: granted=%d hint %d; a copy is still in flight\n", cc, mm, res, hint);
+		GO_LATE(mm)
+#endif
 	:: drops < DROPS -> drops++; printf("c%d acquire %d: connection dropped, ran\n", cc, mm);
 		/* ran, the answer lost: the release of what it may have granted
 		 * is owed */
-		d_step { acquire_master(); normalize() };
+		d_step { acquire_master(); assert(!stale) /* P5 */; normalize() };
 		pc[cc] = IDLE; owed[cc] = 1
 	:: drops < DROPS -> drops++; printf("c%d acquire %d: connection dropped, did not run\n", cc, mm);
 		/* did not run */
 		pc[cc] = IDLE; owed[cc] = 1
-#if LATE > 0 && !defined(LATE_RELEASES_ONLY)
-	:: lates < LATE && late_c == NONE -> lates++;
-		/* runs later */
-		late_c = cc; late_k = mm;
+#if LATE > 0
+	:: LATE_OK -> printf("c%d acquire %d: cut off, still in flight\n", cc, mm);
+		/* runs later: to the client, a dropped connection */
+		GO_LATE(mm);
 		pc[cc] = IDLE; owed[cc] = 1
 #endif
 	fi
@@ -1016,15 +1262,23 @@ inline client_step(C)
 {
 	if
 	:: pc[C] == IDLE && owed[C] ->
-		/* settle the owed release before acquiring again */
+		/* settle the owed release before acquiring again (each try a
+		 * new request) */
 		cc = C;
+		newreq();
 		if
-		:: d_step { release(st, 0, 1) }; owed[C] = 0; printf("c%d owed release: settled\n", C);
+		:: d_step { release_master(0); assert(!stale) /* P5 */ }; owed[C] = 0; printf("c%d owed release: settled\n", C);
 			assert(st.w != C && st.r[C] < 2)	/* P4 */
-		:: drops < DROPS -> drops++; d_step { release(st, 0, 1) } ; printf("c%d owed release: dropped again, ran\n", C)
+#if LATE > 0
+		:: DUP_OK -> d_step { release_master(0); assert(!stale) /* P5 */ }; owed[C] = 0;
+			printf("c%d owed release: settled; a copy is still in flight\n", C);
+			assert(st.w != C && st.r[C] < 2);	/* P4 */
+			GO_LATE(3)
+#endif
+		:: drops < DROPS -> drops++; d_step { release_master(0) } ; printf("c%d owed release: dropped again, ran\n", C)
 		:: drops < DROPS -> drops++ ; printf("c%d owed release: dropped again, did not run\n", C)
 #if LATE > 0
-		:: lates < LATE && late_c == NONE -> lates++; late_c = C; late_k = 3
+		:: LATE_OK -> printf("c%d owed release: cut off, still in flight\n", C); GO_LATE(3)
 #endif
 		fi
 #if ACQUIRES < 255
@@ -1046,21 +1300,39 @@ inline client_step(C)
 		 * sent without waiting for the answer */
 		cc = C;
 		if
-		:: md[C] == W -> d_step { release(st, 1, 1) } ; printf("c%d gives up: withdraws its intent\n", C)
-		:: md[C] == W && drops < DROPS -> drops++ ; printf("c%d gives up: the withdrawal is lost\n", C)
-		:: md[C] == R
+		:: md[C] == W -> newreq(); d_step { release_master(1) } ; printf("c%d gives up: withdraws its intent\n", C)
+#if LATE > 0
+		:: md[C] == W && DUP_OK -> newreq(); d_step { release_master(1) };
+			printf("c%d gives up: withdraws its intent; a copy is still in flight\n", C);
+			GO_LATE(4)
+#endif
+		:: md[C] == W && drops < DROPS -> newreq(); drops++ ; printf("c%d gives up: the withdrawal is lost\n", C)
+#if LATE > 0
+		:: md[C] == W && LATE_OK -> newreq(); printf("c%d gives up: the withdrawal is still in flight\n", C);
+			GO_LATE(4)
+#endif
+		:: md[C] == R -> printf("c%d gives up\n", C)
 		fi;
 		pc[C] = IDLE; msg[C] = 0; taint[C] = 0; sl[C] = 0
 	:: pc[C] == HOLD && bl[C] > 0 ->
-		/* renewal */
+		/* renewal: with the counter as it is (checked, not recorded) */
 		cc = C;
+		rq = sq[C];
 		if
-		:: d_step { renew(st) }; printf("c%d renew: %d\n", C, res);
+		:: d_step { renew(st); assert(!stale) /* P5 */ }; printf("c%d renew: %d\n", C, res);
 			if
 			:: res == 1 -> bl[C] = LEASE
 			:: else -> bl[C] = 0		/* lost */
 			fi;
 			ACKED()
+#if LATE > 0
+		:: DUP_OK -> d_step { renew(st); assert(!stale) /* P5 */ }; printf("c%d renew: %d; a copy is still in flight\n", C, res);
+			if
+			:: res == 1 -> bl[C] = LEASE
+			:: else -> bl[C] = 0		/* lost */
+			fi;
+			GO_LATE(5)
+#endif
 #if FAILOVERS > 0 && defined(WAIT_REPLICAS) && !defined(RENEWALS_ACKED)
 		/* not acknowledged by the replica: kept (the master has it), logged */
 		:: d_step { renew(st) }; printf("c%d renew (not acked): %d\n", C, res);
@@ -1071,20 +1343,30 @@ inline client_step(C)
 #endif
 		:: drops < DROPS -> drops++; d_step { renew(st) } ; printf("c%d renew: dropped, ran\n", C)
 		:: drops < DROPS -> drops++ ; printf("c%d renew: dropped, did not run\n", C)
+#if LATE > 0
+		:: LATE_OK -> printf("c%d renew: cut off, still in flight\n", C); GO_LATE(5)
+#endif
 		fi
 	:: pc[C] == HOLD ->
 		/* release */
 		cc = C;
+		newreq();
 		if
-		:: d_step { release(st, 0, 1) }; printf("c%d release: %d\n", C, held);
+		:: d_step { release_master(0); assert(!stale) /* P5 */ }; printf("c%d release: %d\n", C, held);
 			pc[C] = IDLE; bl[C] = 0;
 			assert(st.w != C && st.r[C] < 2)	/* P4: released, it is free */
-		:: drops < DROPS -> drops++; d_step { release(st, 0, 1) }; printf("c%d release: dropped, ran\n", C);
+#if LATE > 0
+		:: DUP_OK -> d_step { release_master(0); assert(!stale) /* P5 */ }; printf("c%d release: %d; a copy is still in flight\n", C, held);
+			pc[C] = IDLE; bl[C] = 0;
+			assert(st.w != C && st.r[C] < 2);	/* P4: released, it is free */
+			GO_LATE(3)
+#endif
+		:: drops < DROPS -> drops++; d_step { release_master(0) }; printf("c%d release: dropped, ran\n", C);
 			pc[C] = IDLE; bl[C] = 0; owed[C] = 1
 		:: drops < DROPS -> drops++; printf("c%d release: dropped, did not run\n", C);
 			pc[C] = IDLE; bl[C] = 0; owed[C] = 1
 #if LATE > 0
-		:: lates < LATE && late_c == NONE -> lates++; late_c = C; late_k = 3;
+		:: LATE_OK -> printf("c%d release: cut off, still in flight\n", C); GO_LATE(3);
 			pc[C] = IDLE; bl[C] = 0; owed[C] = 1
 #endif
 		fi
@@ -1100,7 +1382,8 @@ inline grant_acked()
 	if
 	:: gnow -> copy_state(snap, st)
 	:: gnow ->
-		d_step { release(st, 0, 1) };
+		newreq();
+		d_step { release_master(0) };
 		pc[cc] = IDLE; bl[cc] = 0
 	:: else
 	fi;
@@ -1116,9 +1399,38 @@ inline dec1(v)
 	fi
 }
 
+/* Records Redis lost (an expiry, a restart, a failover): noted, per
+ * owner, against the ones before the event */
+inline save_s()
+{
+	i = 0;
+	do
+	:: i < N -> olds[i] = st.s[i]; i++
+	:: else -> break
+	od;
+	skip
+}
+
+inline note_lost()
+{
+	i = 0;
+	do
+	:: i < N ->
+		if
+		:: st.s[i] < olds[i] -> lost[i] = 1
+		:: else
+		fi;
+		i++
+	:: else -> break
+	od;
+	skip
+}
+
 inline tick()
 {
+	save_s();
 	tick_state(st);
+	note_lost();
 #if FAILOVERS > 0
 	tick_state(snap);
 #endif
@@ -1134,6 +1446,13 @@ inline tick()
 
 /* Nothing in the hash is live and no writer holds: keep may run out. */
 #define NOLIVE(S, I) (I >= N || (S.r[I] < 2 && S.in[I] < 2))
+/* keep (600 s) may run out while a request is in flight; with NO_PHANTOMS
+ * every request arrives within keep (F5) */
+#if LATE > 0 && defined(NO_PHANTOMS)
+#define KEEP_MAY_END (late_c == NONE)
+#else
+#define KEEP_MAY_END 1
+#endif
 #define HASH_DEAD(S) (S.ex && S.w == NONE && S.qe < 2 && S.rt < 2 && S.rw < 2 && \
 	NOLIVE(S, 0) && NOLIVE(S, 1) && NOLIVE(S, 2) && NOLIVE(S, 3))
 
@@ -1153,6 +1472,34 @@ inline taint_sleepers()
 #define DUE(C) (C < N && pc[C] == SLEEP && (sl[C] == 0 || msg[C]))
 #endif
 #define STEP(C) :: atomic { client_step(C); grant_acked(); d_step { checks() } }
+
+#if LATE > 0
+/* The request in flight runs. (Hidden variables: pan does not restore
+ * what a d_step writes to them when it backtracks. Those read across
+ * steps (cc, mm, mk, rq) are written outside d_steps, or restored at the
+ * end of the d_step; the others are read only within the d_step that
+ * writes them.) */
+inline late_begin()
+{
+	/* its owner's record was lost since it was sent */
+	ph = lost[cc]
+}
+
+inline late_end()
+{
+#ifndef NO_PHANTOMS
+	if
+	:: ph && !stale && late_k <= 2 -> phantom[cc] = 1
+	:: else
+	fi;
+#endif
+	if
+	:: stale -> printf("    stale: nothing changed\n")
+	:: else
+	fi;
+	late_c = NONE; late_s = 0
+}
+#endif
 
 active proctype world()
 {
@@ -1178,7 +1525,7 @@ active proctype world()
 		(!DUE(0) && !DUE(1) && !DUE(2)) ->
 		d_step { printf("tick\n"); tick(); checks() } }
 	:: atomic {
-		HASH_DEAD(st) -> d_step { printf("the hash expires (keep)\n"); clear_hash(st); checks() } }
+		HASH_DEAD(st) && KEEP_MAY_END -> d_step { printf("the hash expires (keep)\n"); save_s(); clear_hash(st); note_lost(); checks() } }
 #if FAILOVERS > 0
 	:: atomic {
 		/* the replica catches up with the master */
@@ -1186,12 +1533,12 @@ active proctype world()
 	:: atomic {
 		failovers < FAILOVERS -> failovers++; printf("FAILOVER to the replica\n");
 		/* the replica, promoted, lacks the writes since its last sync */
-		d_step { copy_state(st, snap); st.f = snap.f; taint_sleepers(); checks() } }
+		d_step { save_s(); copy_state(st, snap); st.f = snap.f; note_lost(); taint_sleepers(); checks() } }
 #endif
 #if RESTARTS > 0
 	:: atomic {
 		restarts < RESTARTS -> restarts++; printf("RESTART, data set lost\n");
-		d_step { clear_hash(st); clear_queue(st);
+		d_step { save_s(); clear_hash(st); clear_queue(st); note_lost();
 #if FAILOVERS > 0
 			clear_hash(snap); clear_queue(snap);
 #endif
@@ -1201,10 +1548,21 @@ active proctype world()
 	:: atomic {
 		evictions < EVICTIONS -> evictions++; printf("EVICTION\n");
 		if
-		:: d_step { clear_hash(st); normalize() }
+		:: d_step { save_s(); clear_hash(st); note_lost(); normalize() }
 		:: d_step { clear_queue(st) }
 		fi;
 		d_step { taint_sleepers(); checks() } }
+#endif
+#if PRUNES > 0 && LATE > 0
+	:: atomic {
+		/* acquire.lua's pruning: the record of an owner that has no other
+		 * field goes (a new owner in a hash grown to 48 fields or more).
+		 * Only that of an owner with a request in flight matters: any
+		 * other's next request is newer than any record. */
+		prunes < PRUNES && late_c != NONE && st.s[late_c] > 0 && st.w != late_c &&
+		st.r[late_c] == 0 && st.in[late_c] == 0 ->
+		prunes++; printf("PRUNE: the record of c%d goes\n", late_c);
+		d_step { st.s[late_c] = 0; lost[late_c] = 1; checks() } }
 #endif
 #if LOSTMSG > 0
 	:: atomic {
@@ -1221,14 +1579,16 @@ active proctype world()
 #endif
 #if LATE > 0
 	:: atomic {
-		/* the command of a dropped connection runs now */
-		late_c != NONE -> printf("the late command of c%d runs now (%d)\n", late_c, late_k);
-		cc = late_c;
+		/* the request in flight runs now */
+		late_c != NONE -> printf("the late request of c%d runs now (kind %d, seq %d)\n", late_c, late_k, late_s);
+		cc = late_c; rq = late_s;
 		if
-		:: late_k == 3 -> d_step { release(st, 0, 1) }
-		:: late_k != 3 -> mm = late_k; mk = MARK; d_step { acquire_master(); normalize() }
+		:: late_k == 3 -> d_step { late_begin(); release_master(0); late_end() }
+		:: late_k == 4 -> d_step { late_begin(); release_master(1); late_end() }
+		:: late_k == 5 -> d_step { late_begin(); renew(st); late_end() }
+		:: late_k <= 2 -> mm = late_k; mk = MARK;
+			d_step { late_begin(); acquire_master(); normalize(); late_end() }
 		fi;
-		late_c = NONE;
 		d_step { checks() } }
 #endif
 	od;

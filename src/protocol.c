@@ -330,14 +330,14 @@ rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err)
 }
 
 /*
- * The arguments of release.lua after its keys, for this session's next
- * request (seq); bufs must outlive args.
+ * The arguments of release.lua after its keys, as request seqno; bufs must
+ * outlive args.
  */
 static void
-proto_release_args(RwKeep keep, int lease_ms, const char **args,
+proto_release_args(RwKeep keep, int lease_ms, uint64 seqno, const char **args,
 				   char *seq, char *lease, char *keeptoken)
 {
-	snprintf(seq, 24, UINT64_FORMAT, rw_proto_seq_next());
+	snprintf(seq, 24, UINT64_FORMAT, seqno);
 	snprintf(lease, 16, "%d", lease_ms);
 	snprintf(keeptoken, 16, "%d", RW_KEEP_TOKEN_MS);
 	args[0] = RW_PROTOCOL_VERSION;
@@ -380,9 +380,8 @@ rw_proto_release_as(RwConn *conn, const RwKeys *keys, const char *owner,
 	const char *args[6];
 	int			held;
 
-	proto_release_args(RW_KEEP_NOTHING, 0, args, c.seq, c.lease, c.keep);
+	proto_release_args(RW_KEEP_NOTHING, 0, seq, args, c.seq, c.lease, c.keep);
 	args[1] = owner;
-	snprintf(c.seq, sizeof(c.seq), UINT64_FORMAT, seq);
 	proto_prepare(&c.call, RW_SCRIPT_RELEASE, keys, 6, args);
 	if (!rw_script_send(conn, &c.call, 1, 0, err))
 		return -1;
@@ -404,7 +403,8 @@ rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwKeep keep,
 {
 	const char *args[6];
 
-	proto_release_args(keep, lease_ms, args, c->seq, c->lease, c->keep);
+	proto_release_args(keep, lease_ms, rw_proto_seq_next(), args, c->seq,
+					   c->lease, c->keep);
 	proto_prepare(&c->call, RW_SCRIPT_RELEASE, keys, 6, args);
 	return rw_script_send(conn, &c->call, 1, 0, err);
 }
@@ -424,7 +424,8 @@ rw_proto_release_append(RwConn *conn, const RwKeys *keys, RwKeep keep,
 	const char *args[6];
 	RwScriptCall call;
 
-	proto_release_args(keep, lease_ms, args, seq, lease, keeptoken);
+	proto_release_args(keep, lease_ms, rw_proto_seq_next(), args, seq, lease,
+					   keeptoken);
 	proto_prepare(&call, RW_SCRIPT_RELEASE, keys, 6, args);
 	rw_script_append_eval(conn, &call, tag);
 }

@@ -164,7 +164,10 @@ if not h[2] and not h[6] then
     if x then a[#a + 1] = 'x'; a[#a + 1] = x end
     redis.call('HSET', unpack(a))
     if x then redis.call('PEXPIRE', hash, x - now) end
-    if h[10] then redis.call('HDEL', hash, 'm:' .. owner) end   -- it waited: in now
+    if h[10] then                     -- it waited: in now (mc counts the marks)
+      redis.call('HDEL', hash, 'm:' .. owner)
+      if redis.call('HINCRBY', hash, 'mc', -1) <= 0 then redis.call('HDEL', hash, 'mc') end
+    end
     return h[3] and h[3] + 0 or 0
   end
 end
@@ -173,7 +176,7 @@ end
 -- their turn; readers in the way of a writer; an upgrade.
 local queue, ikey, mkey = KEYS[2], 'i:' .. owner, 'm:' .. owner
 rkey = rkey or 'r:' .. owner
-local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey, mkey)
+local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey, mkey, 'mc')
 local t = redis.call('TIME')
 local sec, us = tonumber(t[1]), tonumber(t[2])
 local now = sec * 1000 + math.floor(us / 1000)
@@ -306,6 +309,9 @@ local function busy(until_ms)
     local e = now + mark
     if mode == 'r' then
       put(mkey, e)                    -- its own mark, for withdrawing it
+      if not g[8] then                -- mc counts the marks in the hash
+        g[8] = e; put('mc', tonumber(g[9] or 0) + 1)
+      end
       if e > rw then rw = e; put('rw', e) end
     else
       -- Always (back) in the queue when it renews its intent. A live
@@ -355,7 +361,10 @@ if mode == 'r' then
   -- (a lease can be shorter than the one it replaces).
   if n == 1 or e < rm then put('rm', e) end
   put(rkey, e)
-  if g[8] then put(mkey, false) end           -- it waited: in now
+  if g[8] then                                -- it waited: in now
+    local mc = tonumber(g[9] or 0) - 1
+    put(mkey, false); put('mc', mc > 0 and mc)
+  end
   raise(e)
   commit()
   return tonumber(h[3] or 0)

@@ -88,7 +88,7 @@ end
 -- The general path: someone may be waiting; a downgrade; a withdrawal; a
 -- writer that also reads.
 local queue, ikey, mkey = KEYS[2], 'i:' .. owner, 'm:' .. owner
-local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, 'x', mkey)
+local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, 'x', mkey, 'mc')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local keep = tonumber(ARGV[6])
@@ -110,25 +110,15 @@ if g[6] then                                      -- withdraw the intent
 end
 if g[8] then
   -- A waiting reader's mark, taken back: readers are owed a turn only while
-  -- one still waits. rw is the latest mark; if this was it, rw becomes the
-  -- latest of the other live marks (none: no reader waits).
-  put(mkey, false)
-  if rw > 0 and tonumber(g[8]) >= rw then
-    local all, top = redis.call('HGETALL', hash), 0
-    for i = 1, #all, 2 do
-      local k = all[i]
-      if string.sub(k, 1, 2) == 'm:' and k ~= mkey then
-        local e = tonumber(all[i + 1])
-        if e > now then
-          if e > top then top = e end
-        else
-          put(k, false)                           -- lapsed: nobody waits there
-        end
-      end
-    end
-    rw = top
-    put('rw', rw > 0 and rw)
-  end
+  -- one still waits. mc counts the marks in the hash: when the last goes, no
+  -- reader waits and rw goes too (no turn for nobody). While others are
+  -- left, rw stays: still at least every live mark, perhaps later than the
+  -- latest of them (their turn may then last a little longer); finding that
+  -- latest would read the whole hash at every withdrawal, O(N^2) for N
+  -- readers giving up together.
+  local mc = tonumber(g[9] or 0) - 1
+  put(mkey, false); put('mc', mc > 0 and mc)
+  if mc <= 0 and rw > 0 then rw = 0; put('rw', false) end
 end
 local readers_wait = rw > now
 if keeps == 'q' then

@@ -347,18 +347,12 @@ class Lock:
             S.i[cc] = 0
             changed = True
         if S.m[cc] > 0:
-            # A waiting reader's mark taken back: if it was the latest, rw
-            # becomes the latest of the other live marks (lapsed ones go).
-            old, S.m[cc] = S.m[cc], 0
-            if lrw > 0 and old >= lrw:
-                top = 0
-                for k in range(N):
-                    if S.m[k] >= 2:
-                        top = max(top, S.m[k])
-                    elif S.m[k] == 1:
-                        S.m[k] = 0
-                lrw = top
-                S.rw = top
+            # A waiting reader's mark taken back (mc lowered): when no mark
+            # is left, rw goes too; otherwise rw stays (an upper bound).
+            S.m[cc] = 0
+            if lrw > 0 and not any(S.m[k] > 0 for k in range(N)):
+                lrw = 0
+                S.rw = 0
         readers_wait = lrw >= 2
         if kq:
             held = 1

@@ -71,6 +71,7 @@ typedef struct RwQuorum
 	int64	   *counts_from_ms; /* monotonic: counts toward a majority then */
 	int64	   *retry_ms;		/* monotonic: not asked before this */
 	char	  **run_id;			/* of the Redis last checked, or NULL */
+	bool	   *info_refused;	/* INFO refused at the last check (ACL) */
 	int			connect_first;	/* the first to connect next round */
 } RwQuorum;
 
@@ -90,6 +91,7 @@ rw_quorum_attach(RwNode *node)
 	q->member = palloc0(sizeof(RwNode *) * q->n);
 	q->checked_opens = palloc0(sizeof(uint64) * q->n);
 	q->counts_from_ms = palloc0(sizeof(int64) * q->n);
+	q->info_refused = palloc0(sizeof(bool) * q->n);
 	q->retry_ms = palloc0(sizeof(int64) * q->n);
 	q->run_id = palloc0(sizeof(char *) * q->n);
 	for (int i = q->n - 1; i >= 0; i--)
@@ -129,6 +131,7 @@ rw_quorum_detach(RwNode *node)
 	pfree(q->member);
 	pfree(q->checked_opens);
 	pfree(q->counts_from_ms);
+	pfree(q->info_refused);
 	pfree(q->retry_ms);
 	pfree(q->run_id);
 	pfree(q);
@@ -331,6 +334,7 @@ quorum_check_member(RwNode *node, int i, RwError *err)
 	id = r[0]->type == REDIS_REPLY_STRING ?
 		quorum_info_field(r[0]->str, "run_id:") : NULL;
 	persists = quorum_config_is(r[1], "yes") && quorum_config_is(r[2], "always");
+	q->info_refused[i] = r[0]->type == REDIS_REPLY_ERROR;
 	if (q->run_id[i] != NULL)
 		pfree(q->run_id[i]);
 	q->run_id[i] = NULL;
@@ -508,13 +512,50 @@ quorum_fence(RwNode *node, const RwKeys *keys, int64 token,
 }
 
 /*
+ * Why the first member that answered but does not count toward a majority
+ * does not count yet, into buf (empty if every member that answered
+ * counts): without it, a quorum of members restarted a minute ago, or of
+ * members whose ACL refuses INFO, fails with no word of why.
+ */
+static void
+quorum_not_counting(RwNode *node, const RwVote *votes, char *buf, size_t len)
+{
+	RwQuorum   *q = node->quorum;
+	int			others = 0;
+	int			first = -1;
+
+	buf[0] = '\0';
+	for (int i = 0; i < q->n; i++)
+		if (votes[i].status != RW_ACQ_FAILED && votes[i].sent && !votes[i].counts)
+		{
+			if (first < 0)
+				first = i;
+			else
+				others++;
+		}
+	if (first < 0)
+		return;
+	snprintf(buf, len,
+			 "; %s:%d%s answered but does not count yet: %s (rwlock.quorum_max_lease + 1 s: it may have restarted empty while it held locks); it counts in %lld ms",
+			 q->member[first]->ep.host ? q->member[first]->ep.host : "a unix socket",
+			 q->member[first]->ep.host ? q->member[first]->ep.port : 0,
+			 others > 0 ? psprintf(" (and %d more)", others) : "",
+			 q->info_refused[first] ?
+			 "its Redis user may not run INFO, so its uptime is unknown and it counts only once this connection is as old as a restart must be (grant +info: quorum mode needs it)" :
+			 "its Redis has not been up as long as a restart must be",
+			 (long long) Max(q->counts_from_ms[first] - rw_now_ms(), 0));
+}
+
+/*
  * The first failure among the votes, as the error of a quorum that could
- * not be asked: an interrupt wins (it must be served).
+ * not be asked: an interrupt wins (it must be served). Members that
+ * answered but do not count yet are said so.
  */
 static void
 quorum_failure(RwNode *node, const RwVote *votes, int answered, RwError *err)
 {
 	const RwError *first = NULL;
+	char		why[384];
 
 	for (int i = 0; i < node->quorum->n; i++)
 	{
@@ -523,13 +564,14 @@ quorum_failure(RwNode *node, const RwVote *votes, int answered, RwError *err)
 		if (first == NULL || votes[i].err.kind == RW_ERR_INTERRUPTED)
 			first = &votes[i].err;
 	}
+	quorum_not_counting(node, votes, why, sizeof(why));
 	err->kind = first ? first->kind : RW_ERR_CONNECT;
 	if (err->kind == RW_ERR_REPLY)
 		err->kind = RW_ERR_LOST;
 	err->maybe_sent = false;
 	snprintf(err->msg, sizeof(err->msg),
-			 "only %d of the %d Redis nodes of the quorum answered and count toward a majority (%d needed)%s%s",
-			 answered, node->quorum->n, rw_quorum_majority(node),
+			 "only %d of the %d Redis nodes of the quorum answered and count toward a majority (%d needed)%s%s%s",
+			 answered, node->quorum->n, rw_quorum_majority(node), why,
 			 first ? "; first failure: " : "", first ? first->msg : "");
 }
 

@@ -258,7 +258,7 @@ typedef struct RwError
 {
 	RwErrKind	kind;
 	bool		maybe_sent;		/* the command may have reached Redis */
-	char		msg[256];
+	char		msg[512];		/* room for a quorum's reasons (quorum.c) */
 } RwError;
 
 /*

@@ -142,7 +142,9 @@ redis_stop($r[0]);
 sleep 1.5;    # past the second a failed master is left alone: they are asked
 ($out, $err) = sq($b, "SELECT redis_wlock('e')");
 like(sqlstate($err), qr/^08/, 'masters restarted empty do not count yet') or diag $err;
-like($err, qr/count toward a majority/, 'saying why');
+like($err, qr/count toward a majority/, 'saying how many count');
+like($err, qr/answered but does not count yet: its Redis has not been up as long as a restart must be .*it counts in \d+ ms/,
+	'and why the others do not count, and when they will') or diag $err;
 is(redis_mode_of($r[1], $prefix, 'e', $owner_b), '', 'and what they granted was released');
 redis_start($r[0]);
 # r[0] also restarted now; wait until all count.

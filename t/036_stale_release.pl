@@ -200,6 +200,17 @@ for my $user ('default', 'noid')
 		"$user: $qn is free on every member");
 }
 
+# The doc's line alone (no +info) on a quorum: a member's uptime is unknown,
+# so it counts only once its connection is as old as a restart must be: the
+# error says so, and names the right to grant.
+(my $noinfo = $line) =~ s/^ACL SETUSER noid /ACL SETUSER noinfo /;
+is(redis_cli($_, split(/ /, $noinfo)), 'OK', "user noinfo (no +info) on member $_") for @q;
+sq($s3, "SET rwlock.redis_url = 'redis://noinfo:pw\@127.0.0.1:$q[0]/0 "
+	  . "redis://noinfo:pw\@127.0.0.1:$q[1]/0 redis://noinfo:pw\@127.0.0.1:$q[2]/0'");
+my ($nout, $err) = sq($s3, "SELECT redis_wlock('noinfo')");
+like(sqlstate($err), qr/^08/, 'quorum without +info: no majority counts yet');
+like($err, qr/may not run INFO.*grant \+info/, '... and the error says why') or diag $err;
+
 $s1->quit;
 $s2->quit;
 $s3->quit;

@@ -14,7 +14,9 @@ against real servers on 127.0.0.1 (no PostgreSQL needed):
   quorum: Python's QuorumClient and AsyncQuorumClient; refused by Node);
 - a Node process on a Cluster (whose subscriber socket is not ours to
   unref) that waited ends by itself once the subscriber's idle second is
-  over.
+  over;
+- the Node client's bounded waits, process life, AbortSignal and owner
+  option (test/node_client.js, on the plain Redis).
 
 Needs `npm ci` in clients/node. Starts its servers on free ports from 6440
 on; prints "clients_api: N passed, N failed".
@@ -365,6 +367,15 @@ def main():
             res.check("AsyncClient.from_url", False, repr(e))
 
         node_cluster_exits(res, urls["cluster"])
+        # Waits bounded (Redis unreachable), process life, AbortSignal, the owner option.
+        p = subprocess.run(["node", os.path.join(HERE, "node_client.js"), urls["redis"]],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+        for line in p.stdout.splitlines():
+            print(line)
+            res.passed += line.startswith("ok ")
+            res.failed += line.startswith("FAIL ")
+        res.check("test/node_client.js ran to its end (exit status %d)" % p.returncode,
+                  p.returncode == 0 and "node_client: ok" in p.stdout, p.stdout[-2000:])
         p = subprocess.run(["node", os.path.join(HERE, "clients_api.js"), json.dumps(urls)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         node_errors = None

@@ -113,12 +113,14 @@ export declare class Lock extends EventEmitter {
   /** The fencing token of the hold (for a read lock, the last write token); null before acquire(). Exact: tokens stay below 2^53. */
   readonly token: number | null;
   readonly held: boolean;
+  /** The hold is known or presumed lost; stays true after its release, until the next acquire(). */
   readonly lost: boolean;
   /** Resolves to the fencing token; LockTimeout when the time runs out
    *  (Redis unreachable included), AbortError when the signal fires. */
   acquire(options?: number | AcquireOptions): Promise<number>;
   tryAcquire(options?: number | TryAcquireOptions): Promise<boolean>;
-  upgrade(options?: number | AcquireOptions): Promise<boolean>;
+  /** Holding the read lock, wait for the write lock: its fencing token; false on timeout. */
+  upgrade(options?: number | AcquireOptions): Promise<number | false>;
   downgrade(): Promise<boolean>;
   renew(): Promise<boolean>;
   /** true if it was still held, false if it had been lost. */

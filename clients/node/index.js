@@ -666,8 +666,14 @@ class Locks {
     clearTimeout(this._idleTimer);
     if (this._ownsRedis && !this._closed) {
       this._closed = true;
-      if (this.redis.status === 'wait' || this.redis.status === 'end') this.redis.disconnect();
-      else await this.redis.quit().catch(() => this.redis.disconnect());
+      const r = this.redis;
+      if (r.status !== 'ready') {
+        r.disconnect();
+        return;
+      }
+      // QUIT's answer is awaited: the socket keeps the process alive till then.
+      this._refSockets(true);
+      await r.quit().catch(() => r.disconnect());
     }
   }
 
@@ -917,7 +923,7 @@ class Lock extends EventEmitter {
   /** Known or presumed lost: Redis said so at a renewal, or the lease ran out
    *  by our clock without a renewal. Others may hold the lock. */
   get lost() {
-    return this._held && (this._lost || now() > this._validUntil);
+    return this._lost || (this._held && now() > this._validUntil);
   }
 
   /** Wait for the lock (up to timeout ms); the fencing token. Takes the
@@ -939,14 +945,14 @@ class Lock extends EventEmitter {
     return this._take(this.mode, timeout, false, true, signal);
   }
 
-  /** Holding the read lock, wait for the write lock too; false on timeout
-   *  (the read lock is kept). UpgradeConflict if another reader waits
+  /** Holding the read lock, wait for the write lock too: its fencing token,
+   *  as acquire() resolves to; false on timeout (the read lock is kept). UpgradeConflict if another reader waits
    *  to upgrade; ReadLockLost if Redis no longer has the read lock (the
    *  lock is then lost). Takes the timeout, or { timeout, signal }. */
   async upgrade(options) {
     if (!this._held || this.mode !== 'r') throw new NotHeld('upgrade() needs a held read lock');
     const { timeout, signal } = waitOptions(options, 'timeout', undefined);
-    return this._take('w', timeout, true, false, signal);
+    return (await this._take('w', timeout, true, false, signal)) ? this.token : false;
   }
 
   async _take(mode, timeout, upgrade, isTry, signal) {
@@ -1293,6 +1299,8 @@ class Lock extends EventEmitter {
       this._schedule(this.lease / 3);
       this._armExpiry();
     } else {
+      // lost keeps saying whether the hold was lost, until the next acquire.
+      this._lost = lost || held !== 1;
       this._held = false;
       this.locks.holds.delete(this);
     }

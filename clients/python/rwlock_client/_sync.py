@@ -322,8 +322,12 @@ class Client(BaseClient):
     _redis_class = redis.Redis
     _sentinel_redis = staticmethod(sentinel_redis)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
+                 lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
+                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1,
+                 deadlock_timeout: Optional[float] = 1.0) -> None:
+        super().__init__(redis_client, prefix, lease, lua_dir, subscribe_timeout,
+                         wait_replicas, wait_replicas_timeout, deadlock_timeout)
         self._renewer = Renewer()
         # The holds each thread took: a thread that waits waits for them all
         # (deadlock detection: their owners' wait keys say so too).

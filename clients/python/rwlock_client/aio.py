@@ -53,8 +53,12 @@ class AsyncClient(BaseClient):
     _redis_class = aredis.Redis
     _sentinel_redis = staticmethod(sentinel_redis)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
+                 lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
+                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1,
+                 deadlock_timeout: Optional[float] = 1.0) -> None:
+        super().__init__(redis_client, prefix, lease, lua_dir, subscribe_timeout,
+                         wait_replicas, wait_replicas_timeout, deadlock_timeout)
         # The holds each asyncio task took: a task that waits waits for
         # them all (deadlock detection: their owners' wait keys say so too),
         # as a thread's in Client.

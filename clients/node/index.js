@@ -1029,6 +1029,7 @@ class Lock extends EventEmitter {
     let wake = null;
     let done = false;
     let inFlight = false; // an acquire.lua call whose answer has not come
+    let listening = null; // a subscription under way (cut off: stopped once made)
     const onAbort = () => {
       if (wake) wake();
     };
@@ -1115,10 +1116,12 @@ class Lock extends EventEmitter {
         if (!unlisten) {
           // Listen first, then try again before any sleep, so a release
           // published in between cannot be missed.
-          unlisten = await bounded(L.subscriber.listen(channel, () => {
+          listening = L.subscriber.listen(channel, () => {
             woken = true;
             if (wake) wake();
-          }).catch(() => null));
+          }).catch(() => null);
+          unlisten = await bounded(listening);
+          listening = null;
           if (unlisten) continue;
         }
         let wait = value; // never past the hint
@@ -1171,6 +1174,7 @@ class Lock extends EventEmitter {
     } finally {
       if (signal) signal.removeEventListener('abort', onAbort);
       if (unlisten) unlisten();
+      if (listening) listening.then((u) => u && u());
     }
   }
 

@@ -22,8 +22,8 @@
 #     nothing) for 4 x deadlockTimeout: no DeadlockDetected, no 40P01; all
 #     get their locks once the chain's end lets go.
 # Each Node process holds its first lock and waits for its second through
-# the same owner id (the waiting Lock's owner set to the holder's: the Node
-# client's way to link them, README "deadlockTimeout").
+# the same owner id (the waiting Lock made with the holder's: the Node
+# client's `owner` option, its way to link them, README "deadlockTimeout").
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -58,13 +58,11 @@ const rw = require(dir);
   const opts = { prefix, deadlockTimeout: 1000 };
   const locks = port.includes('://') ? rw.Locks.fromUrl(port, opts)
     : new rw.Locks(new Redis({ host: '127.0.0.1', port: Number(port) }), opts);
-  const held = locks.writeLock(first);
-  if (owner) held.owner = owner;
+  const held = locks.writeLock(first, owner ? { owner } : {});
   await held.acquire(10000);
   console.log('holding', held.owner);
   while (!fs.existsSync(go)) await new Promise((r) => setTimeout(r, 10));
-  const lk = locks.writeLock(second);
-  lk.owner = held.owner; // one holder in two Lock objects: one owner id
+  const lk = locks.writeLock(second, { owner: held.owner }); // one holder in two Lock objects: one owner id
   const t0 = performance.now();
   const secs = () => ((performance.now() - t0) / 1000).toFixed(3);
   try {

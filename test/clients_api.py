@@ -14,7 +14,9 @@ against real servers on 127.0.0.1 (no PostgreSQL needed):
   quorum: Python's QuorumClient and AsyncQuorumClient; refused by Node);
 - a Node process on a Cluster (whose subscriber socket is not ours to
   unref) that waited ends by itself once the subscriber's idle second is
-  over.
+  over;
+- the Node client's bounded waits, process life, AbortSignal and owner
+  option (test/node_client.js, on the plain Redis).
 
 Needs `npm ci` in clients/node. Starts its servers on free ports from 6440
 on; prints "clients_api: N passed, N failed".
@@ -25,6 +27,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -156,6 +159,113 @@ def unreachable(res):
         asyncio.run(aio())
     finally:
         logging.getLogger("rwlock_client").setLevel(logging.NOTSET)
+
+
+def issue39(res, r):
+    """lost stays true after the block; upgrade() returns the token; the
+    factories' types."""
+    locks = rw.Client(r)
+    try:
+        with locks.write_lock("api:py-lost-after", raise_on_lost=False) as lk:
+            lose(r, "api:py-lost-after")
+            lk.renew()
+        res.check("with: lk.lost stays true after the block", lk.lost and not lk.held)
+    except Exception as e:      # noqa: BLE001
+        res.check("with: lk.lost stays true after the block", False, repr(e))
+    with locks.write_lock("api:py-kept") as kept:
+        pass
+    res.check("with: lk.lost false after a block that kept its lock", not kept.lost)
+    kept.acquire()
+    res.check("lost false again once acquired anew", not kept.lost)
+    kept.release()
+    rd = locks.read_lock("api:py-upgrade")
+    rd.acquire()
+    tok = rd.upgrade(timeout=1)
+    res.check("upgrade() returns the write lock's token (%r), as acquire() does" % (tok,),
+              type(tok) is int and tok > 0 and tok == rd.token and rd.mode == "w")
+    other = locks.read_lock("api:py-upgrade")
+    rd.downgrade()
+    other.acquire()
+    res.check("upgrade() on timeout: False", rd.upgrade(timeout=0.2) is False)
+    other.release()
+    rd.release()
+
+    async def aio():
+        a = AsyncClient(__import__("redis.asyncio", fromlist=["Redis"]).Redis(
+            port=r.connection_pool.connection_kwargs["port"]))
+        ard = a.read_lock("api:aio-upgrade")
+        await ard.acquire()
+        t = await ard.upgrade(timeout=1)
+        res.check("AsyncLock.upgrade() returns the token (%r)" % (t,), type(t) is int and t == ard.token)
+        await ard.release()
+        async with a.write_lock("api:aio-lost-after", raise_on_lost=False) as alk:
+            lose(r, "api:aio-lost-after")
+            await alk.renew()
+        res.check("async with: lk.lost stays true after the block", alk.lost)
+    asyncio.run(aio())
+
+
+def quorum_young(res):
+    """Masters up for less than max_lease: the error names the restart
+    rule and how long is left."""
+    young = [RedisServer(6480 + i, prefix="rwlock-api-y-") for i in range(3)]
+    try:
+        q = rw.QuorumClient.from_urls(" ".join(s.url for s in young), max_lease=40.0)
+        try:
+            q.write_lock("api:young").acquire(timeout=1)
+            res.check("quorum of masters just started: refused", False, "granted")
+        except redis.exceptions.ConnectionError as e:
+            res.check("quorum of masters just started: the error names the restart rule and "
+                      "how long is left: %s" % e,
+                      "restart rule" in str(e) and "max_lease (40 s" in str(e)
+                      and re.search(r"counts in (3\d|4[01]) s", str(e)) is not None, str(e))
+    finally:
+        for s in young:
+            s.stop()
+
+
+async def aio_cycle(res, port, linked_by):
+    """Two asyncio tasks of one process, each holding one lock through one
+    AsyncLock and waiting for the other's through another: one cycle,
+    broken (linked by the task, or by the owner option)."""
+    import redis.asyncio as aredis
+    a = AsyncClient(aredis.Redis(port=port), deadlock_timeout=0.5)
+    outcome = {}
+
+    async def task(first, second, delay):
+        held = a.write_lock(first)
+        await held.acquire(timeout=2)
+        await asyncio.sleep(delay)
+        if linked_by == "task":
+            wanted = a.write_lock(second)
+            coro = wanted.acquire(timeout=8)
+        else:
+            # The wait in a task of its own (not the holder's): the owner option links it.
+            wanted = a.write_lock(second, owner=held.owner)
+            coro = asyncio.ensure_future(wanted.acquire(timeout=8))
+        t0 = time.monotonic()
+        try:
+            await coro
+            outcome[first] = ("granted", time.monotonic() - t0, held.owner)
+            await wanted.release()
+        except rw.DeadlockDetected as e:
+            outcome[first] = ("deadlock", time.monotonic() - t0, held.owner, e.cycle)
+        except Exception as e:      # noqa: BLE001
+            outcome[first] = (repr(e), time.monotonic() - t0, held.owner)
+        finally:
+            await held.release()
+    x, y = "api:aio-cyc-%s-x" % linked_by, "api:aio-cyc-%s-y" % linked_by
+    await asyncio.gather(task(x, y, 0.1), task(y, x, 0.4))
+    got = sorted(v[0] for v in outcome.values())
+    res.check("asyncio: a cycle of two tasks (held under one AsyncLock, waited under "
+              "another, linked by %s) is broken: %s" % (linked_by, got),
+              got == ["deadlock", "granted"], repr(outcome))
+    victim = [v for v in outcome.values() if v[0] == "deadlock"]
+    if victim:
+        res.check("asyncio (%s): the victim is the greater owner id, within "
+                  "deadlock_timeout + 1 s (%.2f s)" % (linked_by, victim[0][1]),
+                  victim[0][2] == max(v[2] for v in outcome.values()) and victim[0][1] < 2.5)
+    await a.redis.close()
 
 
 def misuse(res, r):
@@ -337,6 +447,10 @@ def main():
     try:
         r = srv.redis()
         scoped(res, r)
+        issue39(res, r)
+        quorum_young(res)
+        asyncio.run(aio_cycle(res, srv.port, "task"))
+        asyncio.run(aio_cycle(res, srv.port, "owner"))
         unreachable(res)
         misuse(res, r)
         for label in ("redis", "unix", "cluster", "sentinel"):
@@ -365,6 +479,15 @@ def main():
             res.check("AsyncClient.from_url", False, repr(e))
 
         node_cluster_exits(res, urls["cluster"])
+        # Waits bounded (Redis unreachable), process life, AbortSignal, the owner option.
+        p = subprocess.run(["node", os.path.join(HERE, "node_client.js"), urls["redis"]],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+        for line in p.stdout.splitlines():
+            print(line)
+            res.passed += line.startswith("ok ")
+            res.failed += line.startswith("FAIL ")
+        res.check("test/node_client.js ran to its end (exit status %d)" % p.returncode,
+                  p.returncode == 0 and "node_client: ok" in p.stdout, p.stdout[-2000:])
         p = subprocess.run(["node", os.path.join(HERE, "clients_api.js"), json.dumps(urls)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         node_errors = None

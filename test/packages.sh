@@ -9,7 +9,8 @@
 #   dependency whose registry metadata the cache lacks, and `npm ci` caches
 #   the tarballs only), then its TypeScript declarations checked with tsc
 #   against that project's own ioredis (typescript and @types/node are
-#   clients/node's devDependencies);
+#   clients/node's devDependencies), and under TypeScript 5 and 6 with
+#   nodenext and bundler resolution (test/node_types.sh);
 # - the repository's LICENSE in both packages (sdist, install, tarball).
 # Prints "packages: ok" or what failed; exits non-zero on a failure.
 set -euo pipefail
@@ -92,5 +93,7 @@ TS
    --module commonjs --target es2020 --types node --typeRoots "$ROOT/clients/node/node_modules/@types" app.ts &&
  echo "packages: the declarations type-check against the service's ioredis (tsc --strict)") || fail=1
 [ -e clients/node/lua ] && { echo "packages: clients/node/lua left behind by npm pack"; fail=1; }
+# The declarations under TypeScript 5 and 6, nodenext and bundler.
+bash test/node_types.sh || fail=1
 [ $fail = 0 ] && echo "packages: ok" || echo "packages: FAILED"
 exit $fail

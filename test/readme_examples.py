@@ -16,6 +16,13 @@ the real extension and a real Redis on 127.0.0.1:6379, the address the
 examples name (one is started there if none answers). Each must exit with
 status 0 by itself within 30 s.
 
+The Python blocks of clients/python/README.md are also type-checked, each
+as its own module, with `mypy --strict` (Debian's python3-mypy,
+tools/install-deps.sh) against the package in the checkout (its own
+modules' errors ignored: what is checked is what a user's code sees;
+redis-py 4.3 has no types); and so is a wrong call, which must be refused
+(`acquire(timeout="soon")`, sync and asyncio), so that the check can fail.
+
 Then the exit check: a Node script whose acquisition has to wait (it
 subscribes), that then releases and quits its own ioredis connection, but
 never calls locks.close(), must end within 3 s of its last line.
@@ -165,6 +172,65 @@ const { Locks } = require('pg-rwlock-redis');
 
 DBS = ("shop", "readme", "readme_privileges", "billing")
 
+MYPY_INI = """[mypy]
+strict = True
+[mypy-redis.*]
+ignore_missing_imports = True
+[mypy-rwlock_client.*]
+ignore_errors = True
+"""
+
+MYPY_BAD = '''
+from rwlock_client import AsyncClient, Client
+
+
+def sync() -> None:
+    Client.from_url("redis://127.0.0.1:6379/0").write_lock("x").acquire(timeout="soon")
+
+
+async def aio() -> None:
+    await AsyncClient.from_url("redis://127.0.0.1:6379/0").read_lock("x").acquire(timeout="soon")
+'''
+
+
+def mypy(r, readme):
+    """mypy --strict on each python block of readme (0 errors), and on a
+    wrong call (refused)."""
+    d = os.path.join(r.work, "mypy")
+    os.makedirs(d)
+    with open(os.path.join(d, "mypy.ini"), "w") as f:
+        f.write(MYPY_INI)
+    files = []
+    for lang, code, line in blocks(readme):
+        if lang == "python":
+            files.append(os.path.join(d, "readme_%d.py" % line))
+            with open(files[-1], "w") as f:
+                f.write(code)
+    bad = os.path.join(d, "bad.py")
+    with open(bad, "w") as f:
+        f.write(MYPY_BAD)
+    env = dict(os.environ, MYPYPATH=os.path.join(ROOT, "clients", "python"))
+
+    def run(paths):
+        try:
+            p = subprocess.run(["/usr/bin/python3", "-m", "mypy", "--config-file",
+                                os.path.join(d, "mypy.ini"), "--cache-dir", os.path.join(d, "cache"),
+                                "--no-error-summary"] + paths,
+                               cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return 2, str(e)
+        return p.returncode, p.stdout
+    rel = os.path.relpath(readme, ROOT)
+    for f in files:
+        st, out = run([f])
+        r.check("%s:%s python: mypy --strict" % (rel, f.rsplit("_", 1)[1][:-3]), st == 0,
+                out if "No module named mypy" not in out
+                else out + "(install python3-mypy: tools/install-deps.sh)")
+    st, out = run([bad])
+    r.check("mypy --strict refuses acquire(timeout=\"soon\") (sync and asyncio)",
+            st == 1 and out.count('incompatible type "str"') >= 2, out)
+
 
 def psql(db, sql):
     """(status, output) of sql run by psql in db."""
@@ -228,6 +294,7 @@ def main():
                     len(found) > 0)
             for lang, code, line in found:
                 r.block(readme, lang, code, line)
+        mypy(r, os.path.join(ROOT, "clients", "python", "README.md"))
         r.node_exits()
     finally:
         for db in DBS:

@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs="build-essential postgresql-15 postgresql-server-dev-15 libhiredis-dev
       redis-server redis-tools libipc-run-perl python3-redis python3-psycopg2
       gnuplot-nox iproute2 faketime pgbouncer libssl-dev openssl
-      python3-venv python3-setuptools python3-pip
+      python3-venv python3-setuptools python3-pip python3-mypy
       clang libclang-rt-14-dev spin"
 need=""
 for p in $pkgs; do

@@ -32,11 +32,31 @@ export interface LockOptions {
   timeout?: number;
   /** Called (as on('lost')) when a renewal finds the hold lost. */
   onLost?: (lock: Lock) => void;
+  /** The owner id (default: a fresh one). Give a Lock the owner of another
+   *  Lock the same task holds (of another name) to link them: its waits
+   *  then wait for what that one holds, and a deadlock cycle through the
+   *  task is found (docs/protocol.md 18). In this process only. */
+  owner?: string;
+}
+
+export interface AcquireOptions {
+  /** ms; undefined waits as long as it takes. Bounds the whole call, connecting to Redis included. */
+  timeout?: number;
+  /** Stops the wait: rejects with AbortError; what it had taken or queued is withdrawn. */
+  signal?: AbortSignal;
+}
+
+export interface TryAcquireOptions {
+  /** ms, default 0. */
+  wait?: number;
+  signal?: AbortSignal;
 }
 
 export interface UsingOptions extends LockOptions {
   /** false: a lost hold does not make using() reject (the 'lost' event still comes). Default true. */
   onLostError?: boolean;
+  /** Stops the wait for the lock (AbortError). */
+  signal?: AbortSignal;
 }
 
 export interface FromUrlOptions extends LocksOptions {
@@ -77,7 +97,8 @@ export declare class Locks {
   /** Release every hold of this Locks (e.g. before the process exits); how many. */
   releaseAll(): Promise<number>;
   info(name: string): Promise<LockInfo>;
-  /** Disconnects the subscriber connection, and fromUrl's client (not a Redis client given). */
+  /** Disconnects the subscriber connection, and fromUrl's client (not a Redis client given).
+   *  Not needed for the process to end: fromUrl's client keeps it alive only while a call is under way. */
   close(): Promise<void>;
 }
 
@@ -92,11 +113,14 @@ export declare class Lock extends EventEmitter {
   /** The fencing token of the hold (for a read lock, the last write token); null before acquire(). Exact: tokens stay below 2^53. */
   readonly token: number | null;
   readonly held: boolean;
+  /** The hold is known or presumed lost; stays true after its release, until the next acquire(). */
   readonly lost: boolean;
-  /** Resolves to the fencing token; LockTimeout when the time runs out. */
-  acquire(timeout?: number): Promise<number>;
-  tryAcquire(wait?: number): Promise<boolean>;
-  upgrade(timeout?: number): Promise<boolean>;
+  /** Resolves to the fencing token; LockTimeout when the time runs out
+   *  (Redis unreachable included), AbortError when the signal fires. */
+  acquire(options?: number | AcquireOptions): Promise<number>;
+  tryAcquire(options?: number | TryAcquireOptions): Promise<boolean>;
+  /** Holding the read lock, wait for the write lock: its fencing token; false on timeout. */
+  upgrade(options?: number | AcquireOptions): Promise<number | false>;
   downgrade(): Promise<boolean>;
   renew(): Promise<boolean>;
   /** true if it was still held, false if it had been lost. */
@@ -108,6 +132,14 @@ export declare class Lock extends EventEmitter {
 /** Base class of every error of this package (bad arguments are TypeErrors). */
 export declare class RWLockError extends Error {}
 export declare class ProtocolVersionError extends RWLockError {}
+/** A wait stopped by the caller's AbortSignal (Node's convention). */
+export declare class AbortError extends RWLockError {
+  readonly name: 'AbortError';
+  readonly code: 'ABORT_ERR';
+  readonly lock: string;
+  /** The signal's reason. */
+  readonly cause?: unknown;
+}
 /** Redis answered a request this client waits for with RWLOCK_STALE: it changed
  *  nothing, because Redis had already run request `newest` (>= `seq`) of the same
  *  owner id on the lock: another process uses the owner id (a bug), or (newest ===

@@ -22,6 +22,13 @@ const INTENT_MS = 2000; // a waiting caller's mark, as the SQL side
 const KEEP_TOKEN_MS = 600000; // how long a free lock keeps its last write token
 const NAME_MAX = 1024; // bytes: the longest name the SQL side accepts
 const POLL_MS = 50; // sleep between tries when subscribing failed
+// A try with little or no wait still gives Redis this long to answer (a
+// connection being made included): acquire(t) settles within max(t, 1 s).
+const MIN_CALL_MS = 1000;
+// How long a wait that ended (timeout, abort) waits for the withdrawal of
+// its intent and wait key; past that it goes on unawaited, on the same
+// connection after any call still in flight (owed if it fails).
+const CLEANUP_MS = 200;
 const SCRIPTS = ['acquire', 'release', 'renew', 'info', 'waits', 'mark'];
 const WALK_OWNERS = 64; // owners a deadlock walk visits at most (docs/protocol.md 18)
 const WALK_DEPTH = 32; // the longest cycle it looks for
@@ -98,6 +105,18 @@ class ReadLockLost extends LockLost {
       'when it was to be upgraded; acquire the lock anew';
   }
 }
+/** acquire(), tryAcquire() or upgrade() stopped by the caller's AbortSignal
+ *  (Node's convention: name 'AbortError', code 'ABORT_ERR'; the signal's
+ *  reason is the cause). Whatever the wait had taken or queued is withdrawn. */
+class AbortError extends RWLockError {
+  constructor(name, reason) {
+    super(`the wait for lock ${JSON.stringify(name)} was aborted`);
+    this.name = 'AbortError';
+    this.code = 'ABORT_ERR';
+    this.lock = name;
+    if (reason !== undefined) this.cause = reason;
+  }
+}
 /** Misuse: release(), renew(), downgrade() or upgrade() of a hold not held
  *  (e.g. a second release). */
 class NotHeld extends RWLockError {}
@@ -120,6 +139,28 @@ const DeadlockDetectedError = DeadlockDetected;
 
 const now = () => performance.now();
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+// A call cut off by its wait's deadline or signal (Lock._wait).
+const CUT = Symbol('cut');
+
+/** An owner id given as an option: what a Lock's own would be like. */
+function checkOwner(owner) {
+  if (typeof owner !== 'string' || !owner || Buffer.byteLength(owner, 'utf8') > 256 || /[\s]/.test(owner)) {
+    throw new TypeError('owner must be a non-empty string of at most 256 bytes without spaces ' +
+      '(another Lock\'s owner, to link them)');
+  }
+  return owner;
+}
+
+/** acquire()'s argument: a number (or undefined), or { [key], signal }:
+ *  { timeout, signal }. */
+function waitOptions(options, key, fallback) {
+  if (options === null || typeof options !== 'object') return { timeout: options, signal: undefined };
+  const signal = options.signal;
+  if (signal !== undefined && !(signal && typeof signal.addEventListener === 'function' && 'aborted' in signal)) {
+    throw new TypeError('signal must be an AbortSignal');
+  }
+  return { timeout: key in options ? options[key] : fallback, signal };
+}
 
 // The request sequence (docs/protocol.md 4.1): every acquire.lua and
 // release.lua call carries the next number (a call sent again too), and
@@ -429,6 +470,81 @@ class Locks {
     this.subscriber = new Subscriber(redis, options.subscribeTimeout || 2000);
     this.owed = new Map(); // name -> Map(owner -> [keep, leaseMs]): releases owed
     this.holds = new Set(); // the Locks held (acquired, not released)
+    this._active = 0; // calls of the API under way (waits, releases, info)
+    this._idleTimer = null;
+    this._ownsRedis = false;
+    this._closed = false;
+    this._lastError = null; // fromUrl's client: the last connection error seen
+    this._idleClosed = false; // fromUrl's client disconnected while idle
+  }
+
+  // -- fromUrl's own client: what keeps the process alive ----------------------
+  // A client fromUrl made keeps the process alive only while this Locks has
+  // work under way (a wait, a release, info()): then its socket is ref'd.
+  // Idle, its socket is unref'd, as the subscriber's and the renewal timers
+  // are; and idle for IDLE_MS with no hold, or idle while it cannot reach
+  // Redis (ioredis's reconnection timers are not unref'd), it is
+  // disconnected, and connected again at the next call. A client given to
+  // the constructor is the caller's: left alone.
+
+  _enter() {
+    this._active++;
+    clearTimeout(this._idleTimer);
+    this._idleTimer = null;
+    if (!this._ownsRedis || this._closed) return;
+    const r = this.redis;
+    if (this._idleClosed || r.status === 'end' || r.status === 'close' || r.status === 'wait') {
+      this._idleClosed = false;
+      r.connect().catch(() => {});
+    }
+    this._refSockets(true);
+  }
+
+  _leave() {
+    if (--this._active > 0 || !this._ownsRedis || this._closed) return;
+    this._refSockets(false);
+    clearTimeout(this._idleTimer);
+    this._idleTimer = setTimeout(() => {
+      this._idleTimer = null;
+      this._disconnectIdle(true);
+    }, IDLE_MS);
+    this._idleTimer.unref();
+    this._disconnectIdle(false);
+  }
+
+  /** Idle and (after IDLE_MS, or not connected now) holding nothing:
+   *  disconnect fromUrl's client; the next call connects it again. */
+  _disconnectIdle(timedOut) {
+    if (this._active > 0 || this.holds.size > 0 || this._closed || this._idleClosed) return;
+    const r = this.redis;
+    if (r.status === 'end' || r.status === 'wait') return;
+    if (timedOut || r.status !== 'ready') {
+      // (ioredis leaves a client disconnected while reconnecting in that
+      // status: the flag says to connect it again.)
+      this._idleClosed = true;
+      r.disconnect();
+    }
+  }
+
+  _refSockets(ref) {
+    const r = this.redis;
+    const conns = typeof r.nodes === 'function' ? r.nodes('all') : [r];
+    for (const c of conns) {
+      if (c.stream && typeof c.stream.ref === 'function') {
+        if (ref) c.stream.ref();
+        else c.stream.unref();
+      }
+    }
+  }
+
+  /** Run fn() as work under way (see _enter). */
+  async _busy(fn) {
+    this._enter();
+    try {
+      return await fn();
+    } finally {
+      this._leave();
+    }
   }
 
   /** Release every hold of this Locks (lost ones too): for a process about
@@ -452,11 +568,27 @@ class Locks {
     const { redisOptions = {}, ...rest } = options;
     const Redis = require('ioredis');
     const p = parseRedisUrl(url);
+    // lazyConnect: nothing is connected (and nothing keeps the process
+    // alive) before the first call.
     const redis = p.kind === 'cluster'
-      ? new Redis.Cluster(p.nodes, { ...p.options, redisOptions: { ...p.options.redisOptions, ...redisOptions } })
-      : new Redis({ ...p.options, ...redisOptions });
+      ? new Redis.Cluster(p.nodes, {
+        lazyConnect: true, ...p.options, redisOptions: { ...p.options.redisOptions, ...redisOptions },
+      })
+      : new Redis({ lazyConnect: true, disconnectTimeout: 500, ...p.options, ...redisOptions });
     const locks = new Locks(redis, rest);
     locks._ownsRedis = true;
+    // Its errors are ours to handle: an unreachable Redis is a rejection of
+    // the call that needed it (LockTimeout, or ioredis's error, its cause),
+    // never an unhandled 'error' event. While idle and unable to connect,
+    // it stops trying (_disconnectIdle).
+    redis.on('error', (e) => {
+      locks._lastError = e;
+      if (locks._active === 0) locks._disconnectIdle(false);
+    });
+    redis.on('node error', (e) => {
+      locks._lastError = e;
+    });
+    redis.on('connect', () => locks._refSockets(locks._active > 0));
     return locks;
   }
 
@@ -475,7 +607,7 @@ class Locks {
     const lk = new Lock(this, name, mode, options);
     const ac = new AbortController();
     lk.on('lost', () => ac.abort(new LockLost(name, lk.owner)));
-    await lk.acquire();
+    await lk.acquire({ timeout: lk.timeout, signal: options.signal });
     let result;
     try {
       result = await fn(ac.signal, lk);
@@ -515,7 +647,7 @@ class Locks {
   /** The state of lock `name` as Redis has it now. */
   async info(name) {
     const [state, token, writer, writerMs, readers, waiting] =
-      await this._run('info', name, [PROTOCOL_VERSION]);
+      await this._busy(() => this._run('info', name, [PROTOCOL_VERSION]));
     const pairs = (flat) => {
       const o = {};
       for (let i = 0; i < flat.length; i += 2) o[flat[i]] = Number(flat[i + 1]);
@@ -531,7 +663,18 @@ class Locks {
    *  one fromUrl() made is closed too (QUIT). Holds are not released. */
   async close() {
     this.subscriber.close();
-    if (this._ownsRedis) await this.redis.quit().catch(() => this.redis.disconnect());
+    clearTimeout(this._idleTimer);
+    if (this._ownsRedis && !this._closed) {
+      this._closed = true;
+      const r = this.redis;
+      if (r.status !== 'ready') {
+        r.disconnect();
+        return;
+      }
+      // QUIT's answer is awaited: the socket keeps the process alive till then.
+      this._refSockets(true);
+      await r.quit().catch(() => r.disconnect());
+    }
   }
 
   // -- the protocol's calls --------------------------------------------------
@@ -758,7 +901,10 @@ class Lock extends EventEmitter {
     if (!(this.lease > 0)) throw new TypeError('lease must be positive (ms)');
     this.timeout = options.timeout;
     if (options.onLost) this.on('lost', options.onLost);
-    this.owner = locks.newOwner();
+    // One owner id per holder. options.owner links Lock objects of one task
+    // (each of another name): what one holds, the other's wait waits with,
+    // so a deadlock cycle through the task is seen (docs/protocol.md 18).
+    this.owner = options.owner === undefined ? locks.newOwner() : checkOwner(options.owner);
     this.token = null;
     this._channel = lockKeys(locks.prefix, name)[2];
     this._held = false;
@@ -777,37 +923,99 @@ class Lock extends EventEmitter {
   /** Known or presumed lost: Redis said so at a renewal, or the lease ran out
    *  by our clock without a renewal. Others may hold the lock. */
   get lost() {
-    return this._held && (this._lost || now() > this._validUntil);
+    return this._lost || (this._held && now() > this._validUntil);
   }
 
-  /** Wait for the lock (up to timeout ms); the fencing token. */
-  async acquire(timeout = this.timeout) {
-    if (!(await this._take(this.mode, timeout, false, false))) {
+  /** Wait for the lock (up to timeout ms); the fencing token. Takes the
+   *  timeout, or { timeout, signal }: an AbortSignal that stops the wait
+   *  (AbortError; what the wait had taken or queued is withdrawn). */
+  async acquire(options = this.timeout) {
+    const { timeout, signal } = waitOptions(options, 'timeout', this.timeout);
+    if (!(await this._take(this.mode, timeout, false, false, signal))) {
       throw new LockTimeout(`timed out after ${timeout} ms waiting for the ` +
         `${this.mode === 'w' ? 'write' : 'read'} lock ${JSON.stringify(this.name)}`);
     }
     return this.token;
   }
 
-  /** Take the lock if it is free within wait ms; true if taken. */
-  tryAcquire(wait = 0) {
-    return this._take(this.mode, wait, false, true);
+  /** Take the lock if it is free within wait ms; true if taken. Takes the
+   *  wait, or { wait, signal }. */
+  tryAcquire(options = 0) {
+    const { timeout, signal } = waitOptions(options, 'wait', 0);
+    return this._take(this.mode, timeout, false, true, signal);
   }
 
-  /** Holding the read lock, wait for the write lock too; false on timeout
-   *  (the read lock is kept). UpgradeConflict if another reader waits
+  /** Holding the read lock, wait for the write lock too: its fencing token,
+   *  as acquire() resolves to; false on timeout (the read lock is kept). UpgradeConflict if another reader waits
    *  to upgrade; ReadLockLost if Redis no longer has the read lock (the
-   *  lock is then lost). */
-  async upgrade(timeout) {
+   *  lock is then lost). Takes the timeout, or { timeout, signal }. */
+  async upgrade(options) {
     if (!this._held || this.mode !== 'r') throw new NotHeld('upgrade() needs a held read lock');
-    return this._take('w', timeout, true, false);
+    const { timeout, signal } = waitOptions(options, 'timeout', undefined);
+    return (await this._take('w', timeout, true, false, signal)) ? this.token : false;
   }
 
-  async _take(mode, timeout, upgrade, isTry) {
+  async _take(mode, timeout, upgrade, isTry, signal) {
     if (this._held && !upgrade) throw new AlreadyHeld(`lock ${JSON.stringify(this.name)} is already held`);
+    if (signal && signal.aborted) throw new AbortError(this.name, signal.reason);
+    const L = this.locks;
+    L._enter();
+    try {
+      return await this._wait(mode, timeout, upgrade, isTry, signal);
+    } finally {
+      L._leave();
+    }
+  }
+
+  async _wait(mode, timeout, upgrade, isTry, signal) {
     const L = this.locks;
     const leaseMs = Math.max(1, Math.round(this.lease));
-    const deadline = timeout == null ? null : now() + Math.max(0, timeout);
+    const start = now();
+    const deadline = timeout == null ? null : start + Math.max(0, timeout);
+    // Every call to Redis is bounded by the deadline (connecting included),
+    // a short wait's by MIN_CALL_MS, and by the signal: a call cut off
+    // rejects with CUT, and goes on in ioredis's queue (see the catch).
+    const cutoff = deadline === null ? null : Math.max(deadline, start + MIN_CALL_MS);
+    let cutWhy = null;
+    const bounded = (promise) => {
+      if (cutoff === null && !signal) return promise;
+      return new Promise((resolve, reject) => {
+        let timer = null;
+        const stop = () => {
+          clearTimeout(timer);
+          if (signal) signal.removeEventListener('abort', onAbort);
+        };
+        const onAbort = () => {
+          stop();
+          cutWhy = 'abort';
+          reject(CUT);
+        };
+        if (cutoff !== null) {
+          timer = setTimeout(() => {
+            stop();
+            cutWhy = 'timeout';
+            reject(CUT);
+          }, Math.max(0, cutoff - now()));
+        }
+        if (signal) signal.addEventListener('abort', onAbort, { once: true });
+        promise.then((v) => {
+          stop();
+          resolve(v);
+        }, (e) => {
+          stop();
+          reject(e);
+        });
+      });
+    };
+    // A wait that ended gives its withdrawal CLEANUP_MS, no more: the call
+    // goes on, after any call still in flight on the connection.
+    const settle = (promise) => {
+      if (L.redis.status !== 'ready') return promise.catch(() => {}) && Promise.resolve();
+      let timer;
+      return Promise.race([promise.catch(() => {}),
+        new Promise((resolve) => { timer = setTimeout(resolve, CLEANUP_MS); })])
+        .finally(() => clearTimeout(timer));
+    };
     // A caller that will wait leaves a mark (a writer's intent, a reader's
     // claim to a turn), renewed at each try, and withdrawn ('q') when the
     // wait ends without the lock: a reader that gave up is owed no turn.
@@ -820,6 +1028,12 @@ class Lock extends EventEmitter {
     let woken = false;
     let wake = null;
     let done = false;
+    let inFlight = false; // an acquire.lua call whose answer has not come
+    let listening = null; // a subscription under way (cut off: stopped once made)
+    const onAbort = () => {
+      if (wake) wake();
+    };
+    if (signal) signal.addEventListener('abort', onAbort);
     // Deadlock detection (docs/protocol.md 18): once waiting that long, say
     // what we wait for, again each deadlockTimeout; a mark left there by a
     // deadlock's finder makes this wait its victim. Then walk the wait-for
@@ -830,14 +1044,22 @@ class Lock extends EventEmitter {
     let checkAt = null;
     let walk = true;
     let published = false;
-    const dropWait = async () => {
-      if (published) await L.redis.del(waitKey).catch(() => {});
+    const dropWait = () => {
+      const p = published ? L.redis.del(waitKey).catch(() => {}) : Promise.resolve();
       published = false;
+      return settle(p);
     };
+    const withdrawn = () => settle(withdraw ? L._release(this.name, this.owner, 'q') : Promise.resolve());
     try {
       for (;;) {
+        if (signal && signal.aborted) {
+          cutWhy = 'abort';
+          throw CUT;
+        }
         const sent = now();
-        const [status, value] = await L._acquire(this.name, this.owner, mode, leaseMs, intent, upgrade);
+        inFlight = true;
+        const [status, value] = await bounded(L._acquire(this.name, this.owner, mode, leaseMs, intent, upgrade));
+        inFlight = false;
         if (status === GRANTED) {
           done = true;
           this._granted(mode, value, sent);
@@ -846,26 +1068,26 @@ class Lock extends EventEmitter {
         }
         if (status === UNACKED) {
           done = true;
-          await L._release(this.name, this.owner, undo, leaseMs).catch(() => {}); // owed if it fails
+          await settle(L._release(this.name, this.owner, undo, leaseMs)); // owed if it fails
           if (isTry) return false;
           throw new ReplicasNotAcknowledged(this.name, value, L.waitReplicas);
         }
         if (status === CONFLICT) {
           done = true;
-          if (withdraw) await L._release(this.name, this.owner, 'q');
+          await withdrawn();
           throw new UpgradeConflict(this.name, value);
         }
         if (status === READ_LOST) {
           // Nothing changed in Redis; an intent of earlier tries goes.
           done = true;
-          if (withdraw) await L._release(this.name, this.owner, 'q');
+          await withdrawn();
           this._markLost(); // 'lost' emitted; release() resolves false
           throw new ReadLockLost(this.name, this.owner);
         }
         const t = now();
         if (deadline !== null && t >= deadline) {
           done = true;
-          if (withdraw) await L._release(this.name, this.owner, 'q');
+          await withdrawn();
           await dropWait();
           return false;
         }
@@ -873,19 +1095,19 @@ class Lock extends EventEmitter {
           if (checkAt === null) checkAt = t + L.deadlockTimeout;
           else if (t >= checkAt) {
             const ttl = Math.max(3 * L.deadlockTimeout, 2 * INTENT_MS);
-            const old = await L.redis.set(waitKey, waitValue, 'PX', Math.round(ttl), 'GET');
             published = true;
+            const old = await bounded(L.redis.set(waitKey, waitValue, 'PX', Math.round(ttl), 'GET'));
             const head = `!${waitValue}\n`;
             let cycle = old != null && String(old).startsWith(head) ? String(old).slice(head.length) : null;
             if (cycle === null && walk) {
-              const found = await L._walk(this.owner, mode, hashKey, waitValue);
+              const found = await bounded(L._walk(this.owner, mode, hashKey, waitValue));
               cycle = found.victim;
               walk = found.foreign;
             }
             checkAt = now() + L.deadlockTimeout;
             if (cycle !== null) {
               done = true;
-              await L._release(this.name, this.owner, 'q');
+              await withdrawn();
               await dropWait();
               throw new DeadlockDetected(this.name, cycle);
             }
@@ -894,10 +1116,12 @@ class Lock extends EventEmitter {
         if (!unlisten) {
           // Listen first, then try again before any sleep, so a release
           // published in between cannot be missed.
-          unlisten = await L.subscriber.listen(channel, () => {
+          listening = L.subscriber.listen(channel, () => {
             woken = true;
             if (wake) wake();
           }).catch(() => null);
+          unlisten = await bounded(listening);
+          listening = null;
           if (unlisten) continue;
         }
         let wait = value; // never past the hint
@@ -905,7 +1129,7 @@ class Lock extends EventEmitter {
         if (deadline !== null) wait = Math.min(wait, deadline - t);
         if (!unlisten) wait = Math.min(wait, POLL_MS);
         if (checkAt !== null) wait = Math.max(0, Math.min(wait, checkAt - t));
-        if (!woken) {
+        if (!woken && !(signal && signal.aborted)) {
           await new Promise((resolve) => {
             const timer = setTimeout(resolve, wait);
             wake = () => {
@@ -918,18 +1142,39 @@ class Lock extends EventEmitter {
         woken = false;
       }
     } catch (e) {
+      if (e === CUT) {
+        // The deadline or the signal: a call still in flight goes on in
+        // ioredis's queue; an acquisition may yet be granted. The release
+        // sent now runs after it on the same connection and undoes it (and
+        // the intent), or is owed if it fails; it is awaited CLEANUP_MS at
+        // most, so that an unreachable Redis does not hold the caller.
+        if (!done) {
+          await settle(inFlight ? L._release(this.name, this.owner, undo, leaseMs)
+            : (withdraw ? L._release(this.name, this.owner, 'q') : Promise.resolve()));
+          await dropWait();
+        }
+        if (cutWhy === 'abort') throw new AbortError(this.name, signal && signal.reason);
+        if (isTry || upgrade) return false;
+        const err = new LockTimeout(`timed out after ${timeout} ms waiting for the ` +
+          `${mode === 'w' ? 'write' : 'read'} lock ${JSON.stringify(this.name)}: Redis did not ` +
+          `answer in time${L._lastError ? ` (${L._lastError.message})` : ''}`);
+        if (L._lastError) err.cause = L._lastError;
+        throw err;
+      }
       // The connection failed with a call in flight, or the call's first
       // copy ran and its answer was lost (stale, newest === seq): undo
       // whatever may have been granted, withdraw the intent (owed if it
       // fails too). Not when a newer request of the owner id ran: this one
       // changed nothing, and what Redis has is that request's.
       if (!done && !(e instanceof StaleRequestError && e.newest > e.seq)) {
-        await L._release(this.name, this.owner, undo, leaseMs).catch(() => {});
+        await settle(L._release(this.name, this.owner, undo, leaseMs));
       }
       if (!done) await dropWait();
       throw e;
     } finally {
+      if (signal) signal.removeEventListener('abort', onAbort);
       if (unlisten) unlisten();
+      if (listening) listening.then((u) => u && u());
     }
   }
 
@@ -1012,7 +1257,7 @@ class Lock extends EventEmitter {
   async renew() {
     if (!this._held) throw new NotHeld(`lock ${JSON.stringify(this.name)} is not held`);
     if (this._lost) return false;
-    if (await this._renewOnce()) return true;
+    if (await this.locks._busy(() => this._renewOnce())) return true;
     this._markLost();
     return false;
   }
@@ -1035,6 +1280,10 @@ class Lock extends EventEmitter {
 
   async _drop(keep) {
     if (!this._held) throw new NotHeld(`lock ${JSON.stringify(this.name)} is not held`);
+    return this.locks._busy(() => this._dropHeld(keep));
+  }
+
+  async _dropHeld(keep) {
     clearTimeout(this._timer);
     clearTimeout(this._expiry);
     if (this._renewing) await this._renewing.catch(() => {});
@@ -1054,6 +1303,8 @@ class Lock extends EventEmitter {
       this._schedule(this.lease / 3);
       this._armExpiry();
     } else {
+      // lost keeps saying whether the hold was lost, until the next acquire.
+      this._lost = lost || held !== 1;
       this._held = false;
       this.locks.holds.delete(this);
     }
@@ -1063,7 +1314,7 @@ class Lock extends EventEmitter {
 
 module.exports = {
   PROTOCOL_VERSION, INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, SCRIPTS,
-  Locks, Lock, RWLockError, ProtocolVersionError, StaleRequestError, LockTimeout, Deadlock,
+  Locks, Lock, RWLockError, AbortError, ProtocolVersionError, StaleRequestError, LockTimeout, Deadlock,
   DeadlockDetected, DeadlockDetectedError,
   UpgradeConflict, LockLost, ReadLockLost, NotHeld, AlreadyHeld, ReplicasNotAcknowledged,
   LockTimeoutError, UpgradeConflictError, ReplicasNotAcknowledgedError, ReadLockLostError,

@@ -210,6 +210,15 @@ def marked_cycle(old: object, value: str) -> Optional[str]:
     return old[len(head):] if old.startswith(head) else None
 
 
+def check_owner(owner: str) -> str:
+    """An owner id given as an option (another lock's, to link them)."""
+    if (not isinstance(owner, str) or not owner or len(owner.encode("utf-8")) > 256
+            or any(c.isspace() for c in owner)):
+        raise ValueError("owner must be a non-empty string of at most 256 bytes without "
+                         "white space (another lock's owner, to link them)")
+    return owner
+
+
 def check_prefix(prefix: str) -> None:
     if not prefix or "{" in prefix or "}" in prefix or any(ord(c) < 32 for c in prefix):
         raise ValueError("prefix must be non-empty, without braces or control characters")

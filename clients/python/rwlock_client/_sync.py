@@ -8,7 +8,8 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple,
+                    Union, cast)
 
 import redis
 
@@ -113,7 +114,8 @@ class BaseClient:
         self._unacked_logged = 0.0
 
     @classmethod
-    def from_url(cls, url: str, redis_kwargs: Optional[dict] = None, **kwargs: Any):
+    def _from_url(cls, url: str, redis_kwargs: Optional[Dict[str, Any]] = None,
+                  **kwargs: Any) -> Any:
         """A client on what a rwlock.redis_url names, every form the
         extension accepts: redis://, rediss://, unix:// (redis-py's
         from_url), redis+sentinel:// / rediss+sentinel:// (sentinel_redis),
@@ -149,23 +151,15 @@ class BaseClient:
         """A fresh owner id: py:<hostname>:<pid>:<random>."""
         return p.new_owner(self.owner_prefix)
 
-    def write_lock(self, name: str, lease: Optional[float] = None,
-                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
-                   raise_on_lost: bool = True):
-        """A lock object for the write lock of `name` (not yet acquired). As a
+    def _make_lock(self, name: str, mode: str, lease: Optional[float],
+                   timeout: Optional[float], on_lost: Optional[Callable[..., Any]],
+                   raise_on_lost: bool, owner: Optional[str]) -> Any:
+        """A lock object for `mode` of `name` (not yet acquired). As a
         context manager, a hold lost inside the block raises LockLost at its
-        end (raise_on_lost=False: a warning is logged instead)."""
-        lk = self._lock_class(self, name, "w", lease, timeout, on_lost)
-        lk.raise_on_lost = raise_on_lost
-        return lk
-
-    def read_lock(self, name: str, lease: Optional[float] = None,
-                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
-                  raise_on_lost: bool = True):
-        """A lock object for the read lock of `name` (not yet acquired). As a
-        context manager, a hold lost inside the block raises LockLost at its
-        end (raise_on_lost=False: a warning is logged instead)."""
-        lk = self._lock_class(self, name, "r", lease, timeout, on_lost)
+        end (raise_on_lost=False: a warning is logged instead). owner: the
+        owner id (default a fresh one): another lock's, of another name held
+        by the same thread or task, links them for deadlock detection."""
+        lk = self._lock_class(self, name, mode, lease, timeout, on_lost, owner)
         lk.raise_on_lost = raise_on_lost
         return lk
 
@@ -328,12 +322,47 @@ class Client(BaseClient):
     _redis_class = redis.Redis
     _sentinel_redis = staticmethod(sentinel_redis)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
+                 lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
+                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1,
+                 deadlock_timeout: Optional[float] = 1.0) -> None:
+        super().__init__(redis_client, prefix, lease, lua_dir, subscribe_timeout,
+                         wait_replicas, wait_replicas_timeout, deadlock_timeout)
         self._renewer = Renewer()
         # The holds each thread took: a thread that waits waits for them all
         # (deadlock detection: their owners' wait keys say so too).
         self._thread_holds = threading.local()
+
+    @classmethod
+    def from_url(cls, url: str, redis_kwargs: Optional[Dict[str, Any]] = None,
+                 **kwargs: Any) -> "Client":
+        """A client on what a rwlock.redis_url names, every form the
+        extension accepts: redis://, rediss://, unix:// (redis-py's
+        from_url), redis+sentinel:// / rediss+sentinel:// (sentinel_redis),
+        redis+cluster:// / rediss+cluster:// (redis-py's RedisCluster), or
+        several URLs separated by spaces, a quorum: then a QuorumClient (a
+        Client), whose options (max_lease, drift) kwargs may carry.
+        redis_kwargs go to redis-py's clients."""
+        return cast("Client", cls._from_url(url, redis_kwargs, **kwargs))
+
+    def write_lock(self, name: str, lease: Optional[float] = None,
+                   timeout: Optional[float] = None,
+                   on_lost: Optional[Callable[["Lock"], Any]] = None,
+                   raise_on_lost: bool = True, owner: Optional[str] = None) -> "Lock":
+        """A Lock for the write lock of `name`, not yet acquired. As a
+        context manager, a hold lost inside the block raises LockLost at its
+        end (raise_on_lost=False: a warning is logged instead). owner: the
+        owner id, default a fresh one (see README, deadlock_timeout)."""
+        return cast("Lock", self._make_lock(name, "w", lease, timeout, on_lost,
+                                            raise_on_lost, owner))
+
+    def read_lock(self, name: str, lease: Optional[float] = None,
+                  timeout: Optional[float] = None,
+                  on_lost: Optional[Callable[["Lock"], Any]] = None,
+                  raise_on_lost: bool = True, owner: Optional[str] = None) -> "Lock":
+        """A Lock for the read lock of `name`, not yet acquired (as write_lock)."""
+        return cast("Lock", self._make_lock(name, "r", lease, timeout, on_lost,
+                                            raise_on_lost, owner))
 
     def _holds_of_thread(self) -> "weakref.WeakSet":
         holds = getattr(self._thread_holds, "locks", None)
@@ -472,7 +501,8 @@ class LockState:
     """What a holder knows of its hold, shared by Lock and AsyncLock."""
 
     def __init__(self, client: Any, name: str, mode: str, lease: Optional[float],
-                 timeout: Optional[float], on_lost: Optional[Callable]) -> None:
+                 timeout: Optional[float], on_lost: Optional[Callable[..., Any]],
+                 owner: Optional[str] = None) -> None:
         p.check_name(name)
         if mode not in ("r", "w"):
             raise ValueError("mode must be 'r' or 'w'")
@@ -484,7 +514,10 @@ class LockState:
             raise ValueError("lease must be positive")
         self.timeout = timeout              # for the context manager
         self.on_lost = on_lost              # called as on_lost(lock)
-        self.owner: str = client.new_owner()
+        # One owner id per holder; a given one (another lock's, of another
+        # name, held by the same thread or task) links them: what one holds,
+        # the other's waits wait with (docs/protocol.md 18).
+        self.owner: str = client.new_owner() if owner is None else p.check_owner(owner)
         self.token: Optional[int] = None
         self._channel = p.lock_keys(client.prefix, name)[2]
         self._held = False
@@ -506,7 +539,7 @@ class LockState:
     def lost(self) -> bool:
         """True once the hold is known or presumed lost: Redis said so at a
         renewal, or the lease has run out by our clock without a renewal."""
-        return self._held and (self._lost or time.monotonic() > self._valid_until)
+        return self._lost or (self._held and time.monotonic() > self._valid_until)
 
     def _channel_for(self, mode: str) -> str:
         # Readers are woken on the lock's channel, a writer on its own.
@@ -544,6 +577,9 @@ class LockState:
             self.mode = "r"
             self._valid_until = sent + self.lease
         else:
+            # `lost` keeps saying whether the hold was lost before its
+            # release (after a with block too), until the next acquisition.
+            self._lost = self._lost or held != 1
             self._held = False
             self.client._holds.discard(self)
 
@@ -583,8 +619,9 @@ class Lock(LockState):
 
     def __init__(self, client: Client, name: str, mode: str, lease: Optional[float] = None,
                  timeout: Optional[float] = None,
-                 on_lost: Optional[Callable[["Lock"], Any]] = None) -> None:
-        super().__init__(client, name, mode, lease, timeout, on_lost)
+                 on_lost: Optional[Callable[["Lock"], Any]] = None,
+                 owner: Optional[str] = None) -> None:
+        super().__init__(client, name, mode, lease, timeout, on_lost, owner)
         self._mutex = threading.Lock()
         self._renew_seq = 0     # the Renewer's entry for this hold; 0: none
 
@@ -602,18 +639,22 @@ class Lock(LockState):
         """Take the lock if it is free within `wait` s; True if taken."""
         return self._take(self.mode, wait, upgrade=False, is_try=True)
 
-    def upgrade(self, timeout: Optional[float] = None) -> bool:
+    def upgrade(self, timeout: Optional[float] = None) -> Union[int, Literal[False]]:
         """Holding the read lock, wait for the write lock too (until this
-        holder is the only reader). True if upgraded, False on timeout (the
-        read lock is kept). Raises UpgradeConflict if another reader already
+        holder is the only reader). The fencing token of the write lock, as
+        acquire() returns it, once upgraded; False on timeout (the read lock
+        is kept). Raises UpgradeConflict if another reader already
         waits to upgrade, ReadLockLost if Redis no longer has the read lock
         (the lock is then lost: `lost` is True, release() returns False)."""
         try:
-            return self._take("w", timeout, upgrade=True)
+            if not self._take("w", timeout, upgrade=True):
+                return False
         except p.ReadLockLost as e:
             e.owner = self.owner
             self._lost = True
             raise
+        assert self.token is not None
+        return self.token
 
     def _take(self, mode: str, timeout: Optional[float], upgrade: bool,
               is_try: bool = False) -> bool:
@@ -756,6 +797,7 @@ class Lock(LockState):
                 held = self.client._release(self.name, self.owner, keep, p.ms(self.lease))
             except BaseException:
                 # Owed now; the lease is the backstop: stop renewing, forget it.
+                self._lost = self._lost or time.monotonic() > self._valid_until
                 self._held = False
                 self.client._holds.discard(self)
                 self._renew_seq = 0

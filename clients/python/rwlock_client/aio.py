@@ -16,7 +16,9 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import Any, Awaitable, Callable, Dict, Optional, Union
+import weakref
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Literal, Optional,
+                    Union, cast)
 
 import redis
 import redis.asyncio as aredis
@@ -24,6 +26,9 @@ import redis.asyncio as aredis
 from . import _protocol as p
 from ._protocol import Acquire, NotHeld, ProtocolVersionError, Release, Sleep, Subscribe
 from ._sync import BaseClient, LockState, Run, lost_at_exit, release_failed_at_exit
+
+if TYPE_CHECKING:
+    from .quorum import AsyncQuorumClient
 
 log = logging.getLogger("rwlock_client")
 
@@ -47,6 +52,49 @@ class AsyncClient(BaseClient):
 
     _redis_class = aredis.Redis
     _sentinel_redis = staticmethod(sentinel_redis)
+
+    def __init__(self, redis_client: Any, prefix: str = "rwlock", lease: float = 30.0,
+                 lua_dir: Optional[str] = None, subscribe_timeout: float = 2.0,
+                 wait_replicas: int = 0, wait_replicas_timeout: float = 0.1,
+                 deadlock_timeout: Optional[float] = 1.0) -> None:
+        super().__init__(redis_client, prefix, lease, lua_dir, subscribe_timeout,
+                         wait_replicas, wait_replicas_timeout, deadlock_timeout)
+        # The holds each asyncio task took: a task that waits waits for
+        # them all (deadlock detection: their owners' wait keys say so too),
+        # as a thread's in Client.
+        self._task_holds: "weakref.WeakKeyDictionary[asyncio.Task[Any], weakref.WeakSet[AsyncLock]]" = \
+            weakref.WeakKeyDictionary()
+
+    def _holds_of_task(self) -> "weakref.WeakSet[AsyncLock]":
+        task = asyncio.current_task()
+        if task is None:
+            return weakref.WeakSet()
+        holds = self._task_holds.get(task)
+        if holds is None:
+            holds = self._task_holds[task] = weakref.WeakSet()
+        return holds
+
+    @classmethod
+    def from_url(cls, url: str, redis_kwargs: Optional[Dict[str, Any]] = None,
+                 **kwargs: Any) -> "Union[AsyncClient, AsyncQuorumClient]":
+        """As Client.from_url, on redis.asyncio; several URLs (a quorum)
+        give an AsyncQuorumClient."""
+        return cast("Union[AsyncClient, AsyncQuorumClient]",
+                    cls._from_url(url, redis_kwargs, **kwargs))
+
+    def write_lock(self, name: str, lease: Optional[float] = None,
+                   timeout: Optional[float] = None, on_lost: Optional[OnLost] = None,
+                   raise_on_lost: bool = True, owner: Optional[str] = None) -> "AsyncLock":
+        """An AsyncLock for the write lock of `name` (as Client.write_lock)."""
+        return cast("AsyncLock", self._make_lock(name, "w", lease, timeout, on_lost,
+                                                 raise_on_lost, owner))
+
+    def read_lock(self, name: str, lease: Optional[float] = None,
+                  timeout: Optional[float] = None, on_lost: Optional[OnLost] = None,
+                  raise_on_lost: bool = True, owner: Optional[str] = None) -> "AsyncLock":
+        """An AsyncLock for the read lock of `name` (as Client.read_lock)."""
+        return cast("AsyncLock", self._make_lock(name, "r", lease, timeout, on_lost,
+                                                 raise_on_lost, owner))
 
     @classmethod
     def _quorum_class(cls) -> Any:
@@ -167,8 +215,8 @@ class AsyncLock(LockState):
 
     def __init__(self, client: AsyncClient, name: str, mode: str,
                  lease: Optional[float] = None, timeout: Optional[float] = None,
-                 on_lost: Optional[OnLost] = None) -> None:
-        super().__init__(client, name, mode, lease, timeout, on_lost)
+                 on_lost: Optional[OnLost] = None, owner: Optional[str] = None) -> None:
+        super().__init__(client, name, mode, lease, timeout, on_lost, owner)
         self._mutex_obj: Optional[asyncio.Lock] = None
         self._timer: Optional[asyncio.TimerHandle] = None   # the next renewal
         self._renewing: Optional[asyncio.Task] = None
@@ -192,13 +240,17 @@ class AsyncLock(LockState):
     async def try_acquire(self, wait: float = 0.0) -> bool:
         return await self._take(self.mode, wait, upgrade=False, is_try=True)
 
-    async def upgrade(self, timeout: Optional[float] = None) -> bool:
+    async def upgrade(self, timeout: Optional[float] = None) -> Union[int, Literal[False]]:
+        """As Lock.upgrade(): the write lock's fencing token, or False on timeout."""
         try:
-            return await self._take("w", timeout, upgrade=True)
+            if not await self._take("w", timeout, upgrade=True):
+                return False
         except p.ReadLockLost as e:
             e.owner = self.owner
             self._lost = True       # as Lock.upgrade
             raise
+        assert self.token is not None
+        return self.token
 
     async def _take(self, mode: str, timeout: Optional[float], upgrade: bool,
                     is_try: bool = False) -> bool:
@@ -206,8 +258,15 @@ class AsyncLock(LockState):
         ps = None
 
         def granted(token: int, sent: float) -> None:
+            c._holds_of_task().add(self)
             self._set_granted(mode, token, sent)
             self._schedule(self.lease / 3.0)
+
+        def aliases() -> List[str]:
+            # The owner ids of the other locks this task holds: this wait
+            # is theirs too (docs/protocol.md 18, "<nonce>@<owner>").
+            return sorted({lk.owner for lk in list(c._holds_of_task())
+                           if lk._held and lk.owner != self.owner})
 
         async def step(s: p.Step) -> Any:
             nonlocal ps
@@ -220,12 +279,17 @@ class AsyncLock(LockState):
                 ps = await c._subscribe(channel)
                 return ps is not None
             if isinstance(s, p.CheckIn):
-                value = p.wait_value(mode, s.nonce, c._keys(self.name)[0])
-                old = await c.redis.set(p.wait_key(c.prefix, self.owner), value,
-                                        px=s.ttl_ms, get=True)
-                return p.marked_cycle(old, value)
+                # This owner's wait, and the same wait for each owner id that
+                # holds a lock in this task ("<nonce>@<this owner>").
+                cycle = None
+                for owner, value in p.wait_values(self.owner, aliases(), mode, s.nonce,
+                                                  c._keys(self.name)[0]).items():
+                    old = await c.redis.set(p.wait_key(c.prefix, owner), value,
+                                            px=s.ttl_ms, get=True)
+                    cycle = cycle or p.marked_cycle(old, value)
+                return cycle
             if isinstance(s, p.DropWait):
-                await c.redis.delete(p.wait_key(c.prefix, self.owner))
+                await c.redis.delete(*[p.wait_key(c.prefix, o) for o in [self.owner] + aliases()])
                 return None
             if isinstance(s, p.Get):            # the walk (docs/protocol.md 18)
                 return await c.redis.get(s.key)
@@ -244,11 +308,9 @@ class AsyncLock(LockState):
                 return False
 
         try:
-            # One owner id per wait: no aliases here (an AsyncLock's task
-            # is not tracked), so its walk closes only at its own owner.
             return await adrive(p.take_plan(self.name, mode, timeout, upgrade, is_try,
                                             c.wait_replicas, granted, c.deadlock_timeout,
-                                            c._walker(self.owner, self.name, mode, list)),
+                                            c._walker(self.owner, self.name, mode, aliases)),
                                 step)
         finally:
             if ps is not None:
@@ -334,6 +396,7 @@ class AsyncLock(LockState):
                                                   p.ms(self.lease))
             except BaseException:
                 # Owed now; the lease is the backstop: stop renewing, forget it.
+                self._lost = self._lost or time.monotonic() > self._valid_until
                 self._held = False
                 self.client._holds.discard(self)
                 raise

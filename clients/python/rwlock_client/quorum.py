@@ -26,7 +26,7 @@ import redis
 
 from . import _protocol as p
 from ._protocol import BUSY, CONFLICT, GRANTED, READ_LOST
-from ._sync import Client, Run
+from ._sync import Client, Lock, Run
 
 __all__ = ["QuorumClient", "AsyncQuorumClient", "SPLIT_PAUSE_MS"]
 
@@ -99,6 +99,7 @@ class QuorumClient(Client):
                         for r in redis_clients]
         self.majority = len(self.members) // 2 + 1
         self._persists: Dict[Tuple[int, Any], bool] = {}  # (member, run_id) -> fsyncs every write
+        self._young: Dict[int, float] = {}  # member -> s until it has been up long enough to count
         # One thread per member: a round asks them all at once (renewals
         # run on the renewal thread while the user's thread may acquire:
         # each round waits only for its own tasks).
@@ -122,18 +123,18 @@ class QuorumClient(Client):
                    **kwargs)
 
     def write_lock(self, name: str, lease: Optional[float] = None,
-                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
-                   raise_on_lost: bool = True):
+                   timeout: Optional[float] = None, on_lost: Optional[Callable[[Lock], Any]] = None,
+                   raise_on_lost: bool = True, owner: Optional[str] = None) -> Lock:
         """A Lock for the write lock of `name`; its lease capped at max_lease."""
         return super().write_lock(name, min(lease or self.lease, self.max_lease),
-                                  timeout, on_lost, raise_on_lost)
+                                  timeout, on_lost, raise_on_lost, owner)
 
     def read_lock(self, name: str, lease: Optional[float] = None,
-                  timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
-                  raise_on_lost: bool = True):
+                  timeout: Optional[float] = None, on_lost: Optional[Callable[[Lock], Any]] = None,
+                  raise_on_lost: bool = True, owner: Optional[str] = None) -> Lock:
         """A Lock for the read lock of `name`; its lease capped at max_lease."""
         return super().read_lock(name, min(lease or self.lease, self.max_lease),
-                                 timeout, on_lost, raise_on_lost)
+                                 timeout, on_lost, raise_on_lost, owner)
 
     def info(self, name: str) -> Dict[str, Any]:
         """The lock as a majority of the masters has it (docs/protocol.md
@@ -188,8 +189,16 @@ class QuorumClient(Client):
                     p.text(r.config_get("appendfsync").get("appendfsync")) == "always")
             except redis.exceptions.RedisError:
                 self._persists[key] = False
-        return self._persists[key] or \
-            int(info.get("uptime_in_seconds", 0)) >= self.max_lease + 1
+        if self._persists[key]:
+            return True
+        # The restart rule: a master that restarted may have lost the locks
+        # it granted, so it counts once every such lock's lease has run out.
+        left = self.max_lease + 1 - int(info.get("uptime_in_seconds", 0))
+        if left > 0:
+            self._young[i] = left
+            return False
+        self._young.pop(i, None)
+        return True
 
     def _vote(self, i: int, name: str, owner: str, mode: str, lease_ms: int,
               intent_ms: int, upgrade: bool, seq: int, owed_seq: int) -> Vote:
@@ -256,9 +265,20 @@ class QuorumClient(Client):
             return READ_LOST, None
         answered = sum(1 for v in votes if v[0] is not None and v[2])
         if answered < self.majority:
+            young = sorted(self._young[i] for i, v in enumerate(votes)
+                           if v[0] is not None and not v[2] and i in self._young)
+            why = ""
+            if young and answered + len(young) >= self.majority:
+                why = ("; %d answered but do not count yet, by the restart rule: a master "
+                       "counts once it has been up for max_lease (%g s, the SQL side's "
+                       "rwlock.quorum_max_lease) + 1 s, as it may have lost the locks it "
+                       "granted before a restart (or at once if it persists every write: "
+                       "appendonly yes, appendfsync always); a majority counts in %.0f s"
+                       % (len(young), self.max_lease,
+                          young[self.majority - answered - 1]))
             raise redis.exceptions.ConnectionError(
                 "only %d of the %d Redis masters of the quorum answered and count "
-                "toward a majority (%d needed)" % (answered, len(votes), self.majority))
+                "toward a majority (%d needed)%s" % (answered, len(votes), self.majority, why))
         if granted:
             return BUSY, random.randint(*SPLIT_PAUSE_MS)
         return BUSY, min((v[1] for v in votes if v[0] == BUSY), default=1)

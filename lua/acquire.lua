@@ -112,12 +112,19 @@ if not h[7] and h[1] then
   end
 end
 -- The answer to an upgrade whose read lock is gone: recorded, nothing else.
+-- Unless another writer holds (its lease is the TTL), the hash, and the
+-- record with it, then lives keep at least (x).
 local read_lost
 if held == 'r' then
   read_lost = function()
-    redis.call('HSET', hash, skey, seq)
-    if not h[1] then redis.call('HSET', hash, 'v', ARGV[1]) end
-    if redis.call('PTTL', hash) < 0 then redis.call('PEXPIRE', hash, ARGV[7]) end
+    local t = redis.call('TIME')
+    local now, keep = t[1] * 1000 + math.floor(t[2] / 1000), tonumber(ARGV[7])
+    local a = {hash, skey, seq}
+    if not h[1] then a[4] = 'v'; a[5] = ARGV[1] end
+    local grow = not h[2] and tonumber(h[5] or 0) < now + keep
+    if grow then a[#a + 1] = 'x'; a[#a + 1] = now + 2 * keep end
+    redis.call('HSET', unpack(a))
+    if grow then redis.call('PEXPIRE', hash, 2 * keep) end
     return ''
   end
 end
@@ -329,6 +336,8 @@ local function busy(until_ms)
       redis.call('PEXPIRE', queue, qe - now)
     end
     raise(e)
+  else
+    raise(now)                        -- the record lives keep at least (x)
   end
   commit()
   return math.min(now - until_ms, -1)
@@ -391,6 +400,7 @@ if cnt > 0 then
   if mine and upgrader and upgrader ~= owner then
     local o = redis.call('HMGET', hash, 'r:' .. upgrader, 'i:' .. upgrader)
     if tonumber(o[1] or 0) > now and tonumber(o[2] or 0) > now then
+      raise(now)                      -- the record lives keep at least (x)
       commit()
       return upgrader
     end

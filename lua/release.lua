@@ -216,7 +216,15 @@ if changed and not writer then
 end
 
 -- Free or not, the hash stays (the last token and the owners' s: fields),
--- until x, or for keep after a writer's release.
+-- until x, or for keep after a writer's release. Where no writer holds, x
+-- is raised if it ends within keep: the record this call wrote lives keep
+-- at least (a writer's release left keep from then, and x "0"). Where
+-- another writer holds, the hash lives as long as its lease.
+if not writer and not (ttl and ttl >= keep) and x < now + keep then
+  x = now + 2 * keep
+  put('x', x)
+  ttl = x - now
+end
 -- z: no intent, mark or turn ends after it
 local zz = math.max(qe, rt, rw)
 if zz > now then

@@ -484,6 +484,26 @@ check "  they give up, latest first: no HGETALL" "${before:-}" "$(hgetalls)"
 check "  the last one out removes rw and mc" "0 0"     "$(redis-cli -p "$PORT" hexists 'rw:{a}' rw) $(redis-cli -p "$PORT" hexists 'rw:{a}' mc)"
 run release $V t0 '' 0 600000 >/dev/null
 
+# (F5, verify/FINDINGS.md) A record lives keep at least, whatever the hash
+# had left: a release of nothing (an owed release after a cut-off request)
+# in a hash whose last writer left long ago, and a busy try of a reader's
+# lock, each raise the hash's life to keep (x). Before, the record lived only
+# as long as the hash had left, and the cut-off request, late by that, ran.
+fresh
+run acquire $V k1 w 30000 0 600000 >/dev/null
+run release $V k1 '' 0 600000 >/dev/null
+redis-cli -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null     # keep nearly spent
+check "a release of nothing is recorded"  "0"          "$(run release $V k2 '' 0 600000)"
+check "  and its record lives keep at least" "yes"     "$([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 600000 ] && echo yes || echo no)"
+fresh
+run acquire $V k3 r 30000 0 600000 >/dev/null
+run acquire $V k4 w 30000 2000 600000 >/dev/null          # a writer waits
+redis-cli -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
+redis-cli -p "$PORT" hset 'rw:{a}' x 1 >/dev/null
+check "a busy try is recorded"            "-*"         "$(run acquire $V k5 r 30000 0 600000)"
+check "  and its record lives keep at least" "yes"     "$([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 600000 ] && echo yes || echo no)"
+fresh
+
 # docs/protocol.md's worked example shows each script's SHA1: they must be
 # the files' (a script changed, the example must be regenerated).
 docsha=$(grep -Eo '^ *[0-9a-f]{40}  lua/[a-z]+\.lua$' docs/protocol.md | sed 's/^ *//')

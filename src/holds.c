@@ -195,10 +195,13 @@ rw_wanted_mode(RwHeld *h)
 /*
  * Record a grant by Redis: the mode Redis now has, the token, a lease that
  * started at `since` (when the try that got it was sent),
- * and the keeper's copy. Allocates nothing and never throws; a full keeper
- * table is noted for later. (The caller schedules the lease's renewal.)
+ * and the keeper's copy. Allocates nothing and never throws. Returns false
+ * if the keeper's table is full (the hold is not published): the caller
+ * then gives the grant back and fails, once the records are right, for a
+ * hold nobody renews or shows must not be left to its lease.
+ * (The caller schedules the lease's renewal.)
  */
-void
+bool
 rw_holds_granted(RwHeld *h, RwMode mode, int64 token, int64 since)
 {
 	bool		full = false;
@@ -213,10 +216,7 @@ rw_holds_granted(RwHeld *h, RwMode mode, int64 token, int64 since)
 	h->slot = rw_keeper_publish(h->slot, h->name, h->node->ep.url,
 								h->keys.key[0], rw_owner_id(), h->token,
 								h->acquired, h->renewed_ms, h->lease_ms, &full);
-	if (full)
-		rw_note_warning(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-						"the table of Redis lock holds is full",
-						"This session renews the leases of holds beyond it itself, at its rwlock calls. Increase rwlock.max_holds.");
+	return !full;
 }
 
 void

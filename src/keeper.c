@@ -383,9 +383,9 @@ keeper_wake_for(RwSlot *s, int64 due)
 
 /*
  * Publish a hold that was just taken (or taken again) in Redis. slot is the
- * hold's slot or -1; returns its slot, or -1 if there is no table or it is
- * full (then the session renews the hold itself; *full is set the first
- * time, for the caller to warn once its records are right). One slot write
+ * hold's slot or -1; returns its slot, or -1 if there is no table (the
+ * session renews its holds itself) or it is full (*full is set: the caller
+ * gives the hold back and fails the lock call, held.c). One slot write
  * under the lock: no Redis, no allocation, no ereport.
  */
 int
@@ -394,7 +394,6 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 				  TimestampTz acquired, int64 renewed_ms, int lease_ms,
 				  bool *full)
 {
-	static bool warned = false;
 	RwSlot	   *s;
 	int64		due = renewed_ms + lease_ms / 3;
 
@@ -411,8 +410,7 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 		if (slot < 0)
 		{
 			LWLockRelease(shared->lock);
-			*full = !warned;
-			warned = true;
+			*full = true;
 			return -1;
 		}
 		s = &shared->slots[slot];
@@ -443,6 +441,13 @@ rw_keeper_publish(int slot, const char *name, const char *url,
 	keeper_wake_for(s, due);
 	LWLockRelease(shared->lock);
 	return slot;
+}
+
+/* The table's size (rwlock.max_holds), for messages. */
+int
+rw_keeper_max_holds(void)
+{
+	return rw_max_holds;
 }
 
 /* Take a hold out of the table, before it is released in Redis. */

@@ -587,6 +587,7 @@ extern int	rw_keeper_publish(int slot, const char *name, const char *url,
 							  const char *key, const char *owner, int64 token,
 							  TimestampTz acquired, int64 renewed_ms,
 							  int lease_ms, bool *full);
+extern int	rw_keeper_max_holds(void);
 extern void rw_keeper_unpublish(int slot);
 extern void rw_keeper_exiting(int slot);
 extern void rw_keeper_orphan(int slot);
@@ -737,7 +738,7 @@ extern int	rw_holds_count(void);
 extern RwHeld **rw_holds_list(int *n);
 extern RwMode rw_level_mode(RwHeld *h, RwLevel level);
 extern RwMode rw_wanted_mode(RwHeld *h);
-extern void rw_holds_granted(RwHeld *h, RwMode mode, int64 token,
+extern bool rw_holds_granted(RwHeld *h, RwMode mode, int64 token,
 							 int64 since);
 extern void rw_holds_refresh(RwHeld *h);
 extern void rw_holds_publish_modes(RwHeld *h);

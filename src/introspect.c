@@ -421,14 +421,17 @@ introspect_hold_rows(ReturnSetInfo *rsinfo, int ncols)
 
 			if (m == RW_NONE)
 				continue;
+			/* An exited backend's pid may be another process's by now. */
 			values[0] = Int32GetDatum(h->pid);
+			nulls[0] = !h->live;
 			values[1] = CStringGetTextDatum(h->name);
 			values[2] = CStringGetTextDatum(m == RW_WRITE ? "write" : "read");
 			values[3] = CStringGetTextDatum(level == RW_SESSION ? "session" : "xact");
 			values[4] = Int64GetDatum(h->token);
 			values[5] = TimestampTzGetDatum(h->acquired);
 			values[6] = TimestampTzGetDatum(rw_mono_to_timestamp(h->lease_end_ms));
-			values[7] = CStringGetTextDatum(h->lost ? "lost" :
+			values[7] = CStringGetTextDatum(h->releasing ? "releasing" :
+											h->lost ? "lost" :
 											h->lease_end_ms < now ? "expired" : "held");
 			values[8] = CStringGetTextDatum(h->owner);
 			if (ncols == 12)

@@ -181,6 +181,24 @@ static RwShared *shared = NULL;
  * backend with the same PGPROC carries the count on.
  */
 static pg_atomic_uint64 *seqs = NULL;
+/*
+ * Who each PGPROC is now, for naming processes (rw_owner_live_pid): the
+ * owner id of the backend there, with the generation it carries. A backend
+ * claims a new generation of its PGPROC when it makes its owner id
+ * (protocol.c), registers the id, and withdraws it at exit; a later
+ * backend at the same PGPROC registers another. Written only by the
+ * backend itself, read without a lock as a sequence lock: gen is 0 while
+ * the record is written or empty.
+ */
+typedef struct RwProcOwner
+{
+	pg_atomic_uint64 gen;		/* the generation registered, or 0 */
+	pg_atomic_uint64 claims;	/* generations handed out at this PGPROC */
+	int			pid;
+	char		owner[RW_OWNER_MAX];
+} RwProcOwner;
+
+static RwProcOwner *proc_owners = NULL;
 static int	rw_max_holds = 1024;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -213,6 +231,7 @@ keeper_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(keeper_shmem_size());
 	RequestAddinShmemSpace(mul_size(sizeof(pg_atomic_uint64), keeper_nprocs()));
+	RequestAddinShmemSpace(mul_size(sizeof(RwProcOwner), keeper_nprocs()));
 	RequestNamedLWLockTranche("rwlock", 1);
 }
 
@@ -257,7 +276,111 @@ keeper_shmem_startup(void)
 		for (int i = 0; i < keeper_nprocs(); i++)
 			pg_atomic_init_u64(&seqs[i], 0);
 	rw_proto_seq_share(seqs);
+	proc_owners = ShmemInitStruct("rwlock owners",
+								  mul_size(sizeof(RwProcOwner), keeper_nprocs()),
+								  &found);
+	if (!found)
+		for (int i = 0; i < keeper_nprocs(); i++)
+		{
+			pg_atomic_init_u64(&proc_owners[i].gen, 0);
+			pg_atomic_init_u64(&proc_owners[i].claims, 0);
+			proc_owners[i].pid = 0;
+			proc_owners[i].owner[0] = '\0';
+		}
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/* ---------------------------------------------------------------------
+ * Owners: which process an owner id is
+ * --------------------------------------------------------------------- */
+
+/*
+ * A new generation of this backend's PGPROC, for its owner id; 0 without
+ * shared memory (then no owner id is ever taken for a process).
+ */
+uint64
+rw_owner_claim(void)
+{
+	if (proc_owners == NULL || MyProc == NULL)
+		return 0;
+	return pg_atomic_add_fetch_u64(&proc_owners[MyProc->pgprocno].claims, 1);
+}
+
+static void
+owner_withdraw(int code, Datum arg)
+{
+	RwProcOwner *r = &proc_owners[DatumGetInt32(arg)];
+
+	pg_atomic_write_u64(&r->gen, 0);
+}
+
+/*
+ * Register this backend's owner id, of generation gen (rw_owner_claim),
+ * until it exits. After held.c's exit callback (before_shmem_exit): the
+ * releases at exit go as a live owner's, then the keeper sees it gone.
+ */
+void
+rw_owner_register(const char *owner, uint64 gen)
+{
+	RwProcOwner *r;
+
+	if (proc_owners == NULL || MyProc == NULL || gen == 0)
+		return;
+	r = &proc_owners[MyProc->pgprocno];
+	pg_atomic_write_u64(&r->gen, 0);
+	pg_write_barrier();
+	r->pid = MyProcPid;
+	strlcpy(r->owner, owner, sizeof(r->owner));
+	pg_write_barrier();
+	pg_atomic_write_u64(&r->gen, gen);
+	on_shmem_exit(owner_withdraw, Int32GetDatum(MyProc->pgprocno));
+}
+
+/*
+ * The pid of the live backend of this server whose owner id is owner, or
+ * 0: owner must be the very id registered at the PGPROC it names (so a
+ * client's id that only looks like a session's names nobody, nor does the
+ * id of a backend that exited, whatever backend has its pid or PGPROC
+ * now), and that PGPROC must still be that process's.
+ * The id: pg:<system id>:<pid>:<procno>.<generation>:<random>.
+ */
+int
+rw_owner_live_pid(const char *owner)
+{
+	const char *p = owner;
+	long		procno;
+	char	   *end;
+	RwProcOwner *r;
+	uint64		g1,
+				g2;
+	int			pid;
+	bool		same;
+
+	if (proc_owners == NULL || strncmp(owner, "pg:", 3) != 0)
+		return 0;
+	for (int field = 0; field < 3; field++)
+		if ((p = strchr(p, ':')) == NULL)
+			return 0;
+		else
+			p++;
+	if (!isdigit((unsigned char) *p))
+		return 0;
+	procno = strtol(p, &end, 10);
+	if (*end != '.' || procno < 0 || procno >= keeper_nprocs())
+		return 0;
+	r = &proc_owners[procno];
+	g1 = pg_atomic_read_u64(&r->gen);
+	pg_read_barrier();
+	pid = r->pid;
+	same = strncmp(r->owner, owner, sizeof(r->owner)) == 0;
+	pg_read_barrier();
+	g2 = pg_atomic_read_u64(&r->gen);
+	if (g1 == 0 || g1 != g2 || !same)
+		return 0;
+	/* Registered, and not withdrawn: is the PGPROC still that process? */
+	if (ProcGlobal->allProcs[procno].pid != pid)
+		return 0;
+	return pid;
 }
 
 /* Called first thing in _PG_init. */
@@ -588,6 +711,7 @@ typedef struct KWork
 	int			pid;
 	int			lease_ms;
 	bool		release;		/* release it (its backend exited), not renew */
+	bool		live;			/* its backend was alive when copied */
 	uint64		seq;			/* the owner's request sequence to send */
 	char	   *owner;
 	char	   *url;
@@ -690,6 +814,17 @@ keeper_due_cmp(const void *a, const void *b)
 				y = ((const KDue *) b)->due;
 
 	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * Whether the backend that published slot s is alive: its owner id is the
+ * one registered at its PGPROC, by the same pid (never a later backend
+ * that has its pid or PGPROC now).
+ */
+static bool
+slot_owner_live(const RwSlot *s)
+{
+	return s->pid != 0 && rw_owner_live_pid(s->owner) == s->pid;
 }
 
 /*
@@ -990,10 +1125,10 @@ keeper_cycle(int64 *wake)
 		if (!s->in_use || !keeper_mine(s))
 			continue;
 		/* Its backend releases it at exit (unless it died meanwhile). */
-		if (s->exit == SLOT_EXITING && BackendPidGetProc(s->pid) != NULL)
+		if (s->exit == SLOT_EXITING && slot_owner_live(s))
 			continue;
 		/* A lost hold is not renewed; its backend reports it, if live. */
-		if (s->lost && s->exit == SLOT_LIVE && BackendPidGetProc(s->pid) != NULL)
+		if (s->lost && s->exit == SLOT_LIVE && slot_owner_live(s))
 			continue;
 		cycle_had_holds = true;
 		if ((k = knode_find(s->url)) != NULL)
@@ -1032,12 +1167,13 @@ keeper_cycle(int64 *wake)
 		work[j].pid = s->pid;
 		work[j].lease_ms = s->lease_ms;
 		work[j].release = s->exit != SLOT_LIVE;
+		work[j].live = slot_owner_live(s);
 		/*
 		 * Renewals go as of the owner's newest request; a release as the
 		 * owner is its newest request (each try a new one). The counter
 		 * is its PGPROC's, which a later backend there carries on.
 		 */
-		work[j].seq = work[j].release || BackendPidGetProc(s->pid) == NULL ?
+		work[j].seq = work[j].release || !slot_owner_live(s) ?
 			pg_atomic_add_fetch_u64(&seqs[s->procno], 1) :
 			pg_atomic_read_u64(&seqs[s->procno]);
 		work[j].owner = pstrdup(s->owner);
@@ -1054,7 +1190,7 @@ keeper_cycle(int64 *wake)
 		work[i].keys.len[0] = strlen(work[i].keys.key[0]);
 		work[i].keys.key[1] = psprintf("%s:q", work[i].keys.key[0]);
 		work[i].keys.len[1] = work[i].keys.len[0] + 2;
-		if (work[i].release || BackendPidGetProc(work[i].pid) == NULL)
+		if (work[i].release || !work[i].live)
 		{
 			next = Min(next, keeper_release(&work[i], now));
 			work[i--] = work[--n];
@@ -1409,6 +1545,8 @@ rw_keeper_rows(RwKeeperRow **rows)
 		if (!s->in_use)
 			continue;
 		r->pid = s->pid;
+		r->live = slot_owner_live(s);
+		r->releasing = !r->live || s->exit != SLOT_LIVE;
 		r->datid = s->datid;
 		r->modes[0] = s->modes[0];
 		r->modes[1] = s->modes[1];

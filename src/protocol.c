@@ -77,7 +77,11 @@ rw_proto_is_stale(const char *msg)
 	return strncmp(msg, "RWLOCK_STALE", 12) == 0;
 }
 
-/* A string unique to this session, among all servers and over time. */
+/*
+ * A string unique to this session, among all servers and over time:
+ * pg:<system id>:<pid>:<PGPROC number>.<its generation>:<random>. Only the
+ * id registered in shared memory names a process (rw_owner_live_pid).
+ */
 const char *
 rw_owner_id(void)
 {
@@ -86,11 +90,16 @@ rw_owner_id(void)
 	if (owner[0] == '\0')
 	{
 		uint32		rnd;
+		uint64		gen = rw_owner_claim();
 
 		if (!pg_strong_random(&rnd, sizeof(rnd)))
 			rnd = (uint32) MyStartTimestamp;
-		snprintf(owner, sizeof(owner), "pg:%llx:%d:%08x",
-				 (unsigned long long) GetSystemIdentifier(), MyProcPid, rnd);
+		snprintf(owner, sizeof(owner), "pg:%llx:%d:%d.%llx:%08x",
+				 (unsigned long long) GetSystemIdentifier(), MyProcPid,
+				 MyProc != NULL ? MyProc->pgprocno : 0,
+				 (unsigned long long) gen, rnd);
+		/* Which process it is, for views and messages (keeper.c). */
+		rw_owner_register(owner, gen);
 	}
 	return owner;
 }

@@ -582,6 +582,9 @@ extern bool rw_stats_reset(void);
 
 /* ---- keeper.c ---- */
 extern void rw_keeper_init(void);
+extern uint64 rw_owner_claim(void);
+extern void rw_owner_register(const char *owner, uint64 gen);
+extern int	rw_owner_live_pid(const char *owner);
 extern bool rw_keeper_renews(int slot, int lease_ms);
 extern int	rw_keeper_publish(int slot, const char *name, const char *url,
 							  const char *key, const char *owner, int64 token,
@@ -599,6 +602,10 @@ extern void rw_keeper_renewed(int slot, int64 renewed_ms, bool lost);
 typedef struct RwKeeperRow
 {
 	int			pid;
+	bool		live;			/* its backend is alive (else pid is stale) */
+	bool		releasing;		/* its backend exited or is exiting: the
+								 * hold is being released, by it or the
+								 * keeper */
 	Oid			datid;
 	uint8		modes[2];		/* strongest RwMode per RwLevel */
 	bool		lost;

@@ -15,6 +15,8 @@
  * A renewal that cannot reach a node never fails the call that made it (the
  * node may be a former server that is gone): it is tried again after a
  * pause, and a hold that stays unrenewed past its lease is reported lost.
+ * An interrupt is served, after the answers that came before it (a
+ * cluster's masters, a quorum's members) are recorded.
  *
  *-------------------------------------------------------------------------
  */
@@ -57,7 +59,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 	int64		sent = rw_now_ms();
 	int			nrenewed = 0;
 	bool		again = false;
-	RwError		err;
+	RwError		err = {RW_OK};
 
 	for (int i = 0; i < n; i++)
 	{
@@ -117,6 +119,13 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 	}
 	if (again)
 		rw_renew_scheduled(rw_now_ms() + renew_retry_pause(), 0);
+	/* Cut short after some answers (a cluster's, a quorum's): recorded. */
+	if (err.kind == RW_ERR_INTERRUPTED)
+	{
+		node->renew_retry_ms = rw_now_ms() + renew_retry_pause();
+		rw_renew_scheduled(node->renew_retry_ms, 0);
+		rw_raise(&node->cmd, &err);
+	}
 	return nrenewed;
 }
 

@@ -256,7 +256,7 @@ rw_deadlock_waiters(RwWaiterRow **rows)
 
 /*
  * The pid of a live session of this server with that owner id, or 0: the
- * id must be the one that session registered (keeper.c), not one that
+ * id must be the one that session registered (protocol.c), not one that
  * only looks like it.
  */
 int

@@ -205,7 +205,7 @@ held_refuse_unpublished(RwHeld *h)
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("the table of Redis lock holds is full"),
 			 errdetail("Redis lock \"%s\" was granted and given back: every one of the rwlock.max_holds (%d) slots the keeper renews and redis_locks shows is taken.",
-					   name, rw_keeper_max_holds()),
+					   name, rw_holdtable_max_holds()),
 			 errhint("Increase rwlock.max_holds, or release holds.")));
 }
 

@@ -501,7 +501,7 @@ redis_lock_stats_reset(PG_FUNCTION_ARGS)
 
 /*
  * The rows of every hold published by every session of this server, one
- * per session, name and level (keeper.c's table): the nine columns of
+ * per session, name and level (holdtable.c's table): the nine columns of
  * version 1.1's redis_locks, and with ncols 12 granted, waitstart and datid
  * as well.
  */
@@ -509,7 +509,7 @@ static void
 introspect_hold_rows(ReturnSetInfo *rsinfo, int ncols)
 {
 	RwKeeperRow *holds;
-	int			nholds = rw_keeper_rows(&holds);
+	int			nholds = rw_holdtable_rows(&holds);
 	int64		now = rw_now_ms();
 
 	for (int i = 0; i < nholds; i++)
@@ -564,7 +564,7 @@ redis_locks(PG_FUNCTION_ARGS)
 
 /*
  * redis_locks (version 1.2): every hold published by every session of this
- * server, one row per session, name and level (keeper.c's table), then a
+ * server, one row per session, name and level (holdtable.c's table), then a
  * row per waiting session (deadlock.c's), granted = false, as pg_locks
  * shows waiters. Empty unless rwlock is preloaded.
  */

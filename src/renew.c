@@ -4,9 +4,9 @@
  *	  When and how a session renews the leases of its own holds.
  *
  * With the keeper running (keeper.c), it renews every hold it was shown,
- * and a session renews only the holds the keeper's table had no room for,
- * and those whose renewer has been silent for a third of their lease (at
- * most 10 s: a keeper stopped or stuck; rw_keeper_renews).
+ * and a session renews only those whose renewer has been silent for a
+ * third of their lease (at most 10 s: a keeper stopped or stuck;
+ * rw_holdtable_renews).
  * Without it, every rwlock call renews, in one pipelined batch per node,
  * the holds past a third of their lease; redis_renew() renews them all at
  * once. The schedule runs on the monotonic clock, so a step of the wall
@@ -89,7 +89,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 		{
 			/* The lease runs from no earlier than when the request went. */
 			h->renewed_ms = sent;
-			rw_keeper_renewed(h->slot, sent, false);
+			rw_holdtable_renewed(h->slot, sent, false);
 			rw_renew_scheduled(sent, h->lease_ms);
 			rw_stat_add(RW_STAT_RENEWALS, 1);
 			nrenewed++;
@@ -97,7 +97,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 		else if (held[i] == 0)
 		{
 			rw_holds_mark_lost(h);
-			rw_keeper_renewed(h->slot, sent, true);
+			rw_holdtable_renewed(h->slot, sent, true);
 			if (all)
 				rw_note_lost(h->name, NULL);
 			if (nlost)
@@ -171,7 +171,7 @@ rw_renew_due(bool all, int *nlost)
 					(*nlost)++;
 				continue;
 			}
-			if (!all && (rw_keeper_renews(h->slot, h->lease_ms) ||
+			if (!all && (rw_holdtable_renews(h->slot, h->lease_ms) ||
 						 now < h->renewed_ms + h->lease_ms / 3 ||
 						 now < node->renew_retry_ms))
 			{

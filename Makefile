@@ -1,7 +1,7 @@
 # rwlock: PGXS build. make && make install && make installcheck
 MODULE_big = rwlock
 OBJS = src/guc.o src/url.o src/passfile.o src/errors.o src/resolve.o src/redis_conn.o \
-       src/scripts.o src/lua_scripts.o src/protocol.o src/keeper.o src/route.o \
+       src/scripts.o src/lua_scripts.o src/protocol.o src/holdtable.o src/keeper.o src/route.o \
        src/holds.o src/renew.o \
        src/release.o src/waiting.o src/held.o src/introspect.o src/functions.o \
        src/tls.o src/sentinel.o src/cluster.o src/quorum.o src/stats.o \

@@ -19,7 +19,7 @@ CREATE FUNCTION st(n text, OUT state text, OUT writer text, OUT readers text,
 
 -- before the first lock call: not connected yet
 SELECT current, connected, listening, rtt_ms IS NULL AS no_rtt, holds,
-       owner ~ '^pg:[0-9a-f]+:[0-9]+:[0-9a-f]{8}$' AS owner_format
+       owner ~ '^pg:[0-9a-f]+:[0-9]+:[0-9]+[.][0-9a-f]+:[0-9a-f]{8}$' AS owner_format
   FROM redis_connection_info();
 
 SELECT * FROM st('s');                       -- never used: free, no token

@@ -783,7 +783,11 @@ cluster_renew_stage(ClusterRenewal *r, bool open_only)
  * those redirected sent again where they go now (see above). held[i] as
  * rw_proto_renew's (-1 also for a hold whose master could not be reached
  * or did not answer in time, or that stayed redirected: undecided). False,
- * with *err, if no master answered. Never throws (but on out of memory).
+ * with *err, if no master answered. An interrupt stops what is still to
+ * send or read, but the batches answered before it keep their results:
+ * true then if any was, with *err RW_ERR_INTERRUPTED, for the caller to
+ * record them before it serves the interrupt (as rw_quorum_renew does).
+ * Never throws (but on out of memory).
  */
 bool
 rw_cluster_renew(RwNode *node, RwKeys **keys, const char *const *owners,
@@ -827,5 +831,5 @@ rw_cluster_renew(RwNode *node, RwKeys **keys, const char *const *owners,
 	pfree(r.pending);
 	pfree(r.flight);
 	/* An interrupt is the caller's to serve (renew.c raises it). */
-	return r.any_ok && !r.interrupted;
+	return r.any_ok;
 }

@@ -255,21 +255,14 @@ rw_deadlock_waiters(RwWaiterRow **rows)
  * --------------------------------------------------------------------- */
 
 /*
- * The pid of a session of this server from its owner id
- * (pg:<system identifier>:<pid>:<random>), or 0.
+ * The pid of a live session of this server with that owner id, or 0: the
+ * id must be the one that session registered (protocol.c), not one that
+ * only looks like it.
  */
 int
 rw_owner_local_pid(const char *owner)
 {
-	char		prefix[40];
-	size_t		len;
-
-	snprintf(prefix, sizeof(prefix), "pg:%llx:",
-			 (unsigned long long) GetSystemIdentifier());
-	len = strlen(prefix);
-	if (strncmp(owner, prefix, len) != 0)
-		return 0;
-	return atoi(owner + len);
+	return rw_owner_live_pid(owner);
 }
 
 /* "process P" for a session of this server, else the owner id. */

@@ -186,6 +186,30 @@ held_release(RwHeld *h, bool later)
 }
 
 /*
+ * A grant the keeper's table had no slot for (rwlock.max_holds): nobody
+ * would renew it after this call or show it in redis_locks, so it is given
+ * back at once (the holds the session had of the name stay) and the call
+ * fails. Only a hold that needs a new slot can meet a full table: one the
+ * session already holds keeps its slot through stacking and mode changes.
+ */
+static void
+held_refuse_unpublished(RwHeld *h)
+{
+	char		name[RW_NAME_MAX + 1];
+
+	strlcpy(name, h->name, sizeof(name));	/* h may be forgotten below */
+	rw_wait_done();
+	(void) held_release(h, false);
+	rw_notes_flush();
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("the table of Redis lock holds is full"),
+			 errdetail("Redis lock \"%s\" was granted and given back: every one of the rwlock.max_holds (%d) slots the keeper renews and redis_locks shows is taken.",
+					   name, rw_holdtable_max_holds()),
+			 errhint("Increase rwlock.max_holds, or release holds.")));
+}
+
+/*
  * Take a hold of `name`. Goes to Redis only if what Redis has for this
  * session does not cover `mode` (or the hold was lost). wait_ms: with
  * is_try, how long to wait before returning false; else ignored, and the
@@ -220,6 +244,7 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 		int64		since;
 		long		timeout = is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1);
 		int64		cap;
+		bool		published;
 
 		h = rw_holds_enter(name, node);
 		held_reserve(h, level);
@@ -254,10 +279,12 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 			return false;
 		}
 		/* Granted: from here to the record, nothing may throw. */
-		rw_holds_granted(h, want, tok, since);
+		published = rw_holds_granted(h, want, tok, since);
 		rw_renew_scheduled(h->renewed_ms, h->lease_ms);
 		/* Recorded: releases of the name that bounced are moot now. */
 		rw_release_granted(node, name);
+		if (!published)
+			held_refuse_unpublished(h);
 	}
 	else
 		held_reserve(h, level);	/* stacked: no Redis call, room all the same */

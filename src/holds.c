@@ -10,7 +10,7 @@
  * that goes to Redis, so a repeat acquisition costs no round trip.
  *
  * With the keeper (keeper.c) each hold in Redis is also published in the
- * shared table when it is taken, as its modes change, and taken out before
+ * shared table (holdtable.c) when it is taken, as its modes change, and taken out before
  * it is released in Redis. The keeper renews it and flags it lost;
  * rw_holds_refresh picks that up before each use of the hold.
  *
@@ -190,15 +190,18 @@ rw_wanted_mode(RwHeld *h)
 	return Max(rw_level_mode(h, RW_SESSION), rw_level_mode(h, RW_XACT));
 }
 
-/* ---- the keeper's view of this session's holds (keeper.c) ---- */
+/* ---- the keeper's view of this session's holds (holdtable.c) ---- */
 
 /*
  * Record a grant by Redis: the mode Redis now has, the token, a lease that
  * started at `since` (when the try that got it was sent),
- * and the keeper's copy. Allocates nothing and never throws; a full keeper
- * table is noted for later. (The caller schedules the lease's renewal.)
+ * and the keeper's copy. Allocates nothing and never throws. Returns false
+ * if the keeper's table is full (the hold is not published): the caller
+ * then gives the grant back and fails, once the records are right, for a
+ * hold nobody renews or shows must not be left to its lease.
+ * (The caller schedules the lease's renewal.)
  */
-void
+bool
 rw_holds_granted(RwHeld *h, RwMode mode, int64 token, int64 since)
 {
 	bool		full = false;
@@ -210,20 +213,17 @@ rw_holds_granted(RwHeld *h, RwMode mode, int64 token, int64 since)
 	h->renewed_ms = since;		/* the lease runs from no later than then */
 	h->lease_ms = rw_quorum_lease(h->node);
 	h->lost = false;
-	h->slot = rw_keeper_publish(h->slot, h->name, h->node->ep.url,
+	h->slot = rw_holdtable_publish(h->slot, h->name, h->node->ep.url,
 								h->keys.key[0], rw_owner_id(), h->token,
 								h->acquired, h->renewed_ms, h->lease_ms, &full);
-	if (full)
-		rw_note_warning(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-						"the table of Redis lock holds is full",
-						"This session renews the leases of holds beyond it itself, at its rwlock calls. Increase rwlock.max_holds.");
+	return !full;
 }
 
 void
 rw_holds_publish_modes(RwHeld *h)
 {
 	if (h->slot >= 0)
-		rw_keeper_set_modes(h->slot, rw_level_mode(h, RW_SESSION),
+		rw_holdtable_set_modes(h->slot, rw_level_mode(h, RW_SESSION),
 							rw_level_mode(h, RW_XACT));
 }
 
@@ -232,7 +232,7 @@ void
 rw_holds_unpublish(RwHeld *h)
 {
 	if (h->slot >= 0)
-		rw_keeper_unpublish(h->slot);
+		rw_holdtable_unpublish(h->slot);
 	h->slot = -1;
 }
 
@@ -240,7 +240,7 @@ rw_holds_unpublish(RwHeld *h)
 void
 rw_holds_exiting(RwHeld *h)
 {
-	rw_keeper_exiting(h->slot);
+	rw_holdtable_exiting(h->slot);
 }
 
 /*
@@ -253,7 +253,7 @@ rw_holds_exited(RwHeld *h)
 {
 	if (h->slot >= 0 && !rw_release_went_out(h->node, h->name))
 	{
-		rw_keeper_orphan(h->slot);
+		rw_holdtable_orphan(h->slot);
 		h->slot = -1;
 	}
 	else
@@ -276,7 +276,7 @@ rw_holds_mark_lost(RwHeld *h)
 void
 rw_holds_refresh(RwHeld *h)
 {
-	if (h->slot >= 0 && rw_keeper_state(h->slot, &h->renewed_ms))
+	if (h->slot >= 0 && rw_holdtable_state(h->slot, &h->renewed_ms))
 		rw_holds_mark_lost(h);
 	/* Unrenewed past its lease (its server unreachable): Redis dropped it. */
 	if (h->redis_mode != RW_NONE && !h->lost &&

@@ -8,20 +8,123 @@
  * The session's own holds (redis_held_locks) come from held.c through
  * functions.c; this file asks Redis.
  *
+ * Text from elsewhere is made text of this database (introspect_text): a
+ * lock name published by a session of another database is converted from
+ * that database's encoding, and bytes that are not valid here (a
+ * SQL_ASCII database's, an owner id a client chose, a character this
+ * encoding lacks) are shown escaped as \xNN, so that whatever is selected
+ * from the views can be stored, dumped and restored.
+ *
  *-------------------------------------------------------------------------
  */
 #include "rwlock.h"
 
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_database.h"
 #include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "portability/instr_time.h"
+
+/* The encoding of database datid, or -1 if it is not known (gone, none). */
+static int
+introspect_db_encoding(Oid datid)
+{
+	HeapTuple	tup;
+	int			enc;
+
+	if (!OidIsValid(datid))
+		return -1;
+	if (datid == MyDatabaseId)
+		return GetDatabaseEncoding();
+	tup = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(datid));
+	if (!HeapTupleIsValid(tup))
+		return -1;
+	enc = ((Form_pg_database) GETSTRUCT(tup))->encoding;
+	ReleaseSysCache(tup);
+	return enc;
+}
+
+/*
+ * Append len bytes of this database's encoding, keeping each valid
+ * character and escaping each byte that starts none as \xNN.
+ */
+static void
+introspect_append_valid(StringInfo buf, const char *p, int len)
+{
+	int			enc = GetDatabaseEncoding();
+
+	while (len > 0)
+	{
+		int			l = IS_HIGHBIT_SET(*p) ? pg_encoding_verifymbchar(enc, p, len) : 1;
+
+		if (*p == '\0')
+			l = -1;				/* never valid inside text */
+		if (l > 0)
+			appendBinaryStringInfo(buf, p, l);
+		else
+		{
+			appendStringInfo(buf, "\\x%02x", (unsigned char) *p);
+			l = 1;
+		}
+		p += l;
+		len -= l;
+	}
+}
+
+/*
+ * Bytes of encoding src (-1: not known) as text of this database:
+ * converted where a conversion exists, and what is not valid here (or
+ * cannot be converted) escaped byte by byte as \xNN. Never throws for the
+ * bytes' sake.
+ */
+static text *
+introspect_text(const char *str, int src)
+{
+	int			dst = GetDatabaseEncoding();
+	int			len = strlen(str);
+	StringInfoData buf;
+	Oid			proc = InvalidOid;
+
+	initStringInfo(&buf);
+	if (src >= 0 && src != dst && src != PG_SQL_ASCII && dst != PG_SQL_ASCII)
+		proc = FindDefaultConversionProc(src, dst);
+	if (!OidIsValid(proc))
+	{
+		introspect_append_valid(&buf, str, len);
+		return cstring_to_text_with_len(buf.data, buf.len);
+	}
+	while (len > 0)
+	{
+		/* Converts up to the first byte it cannot (noError), then stops. */
+		unsigned char *out = palloc((Size) len * MAX_CONVERSION_GROWTH + 1);
+		int			done = pg_do_encoding_conversion_buf(proc, src, dst,
+														 (unsigned char *) str, len,
+														 out, len * MAX_CONVERSION_GROWTH + 1,
+														 true);
+
+		introspect_append_valid(&buf, (char *) out, strlen((char *) out));
+		pfree(out);
+		str += done;
+		len -= done;
+		if (len > 0)
+		{
+			appendStringInfo(&buf, "\\x%02x", (unsigned char) *str);
+			str++;
+			len--;
+		}
+	}
+	return cstring_to_text_with_len(buf.data, buf.len);
+}
 
 /* A text[] of owner ids, or an empty array. */
 static Datum
@@ -30,7 +133,7 @@ introspect_owners(char **owners, int n)
 	Datum	   *elems = palloc(sizeof(Datum) * (n + 1));
 
 	for (int i = 0; i < n; i++)
-		elems[i] = CStringGetTextDatum(owners[i]);
+		elems[i] = PointerGetDatum(introspect_text(owners[i], -1));
 	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false,
 										   TYPALIGN_INT));
 }
@@ -102,7 +205,7 @@ redis_lock_info(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(info.state);
 	values[1] = Int64GetDatum(info.token);
 	if (info.writer)
-		values[2] = CStringGetTextDatum(info.writer);
+		values[2] = PointerGetDatum(introspect_text(info.writer, -1));
 	else
 		nulls[2] = true;
 	values[3] = introspect_owners(info.readers, info.nreaders);
@@ -398,7 +501,7 @@ redis_lock_stats_reset(PG_FUNCTION_ARGS)
 
 /*
  * The rows of every hold published by every session of this server, one
- * per session, name and level (keeper.c's table): the nine columns of
+ * per session, name and level (holdtable.c's table): the nine columns of
  * version 1.1's redis_locks, and with ncols 12 granted, waitstart and datid
  * as well.
  */
@@ -406,7 +509,7 @@ static void
 introspect_hold_rows(ReturnSetInfo *rsinfo, int ncols)
 {
 	RwKeeperRow *holds;
-	int			nholds = rw_keeper_rows(&holds);
+	int			nholds = rw_holdtable_rows(&holds);
 	int64		now = rw_now_ms();
 
 	for (int i = 0; i < nholds; i++)
@@ -418,17 +521,21 @@ introspect_hold_rows(ReturnSetInfo *rsinfo, int ncols)
 			Datum		values[12];
 			bool		nulls[12] = {0};
 			RwMode		m = (RwMode) h->modes[level];
+			int			enc = introspect_db_encoding(h->datid);
 
 			if (m == RW_NONE)
 				continue;
+			/* An exited backend's pid may be another process's by now. */
 			values[0] = Int32GetDatum(h->pid);
-			values[1] = CStringGetTextDatum(h->name);
+			nulls[0] = !h->live;
+			values[1] = PointerGetDatum(introspect_text(h->name, enc));
 			values[2] = CStringGetTextDatum(m == RW_WRITE ? "write" : "read");
 			values[3] = CStringGetTextDatum(level == RW_SESSION ? "session" : "xact");
 			values[4] = Int64GetDatum(h->token);
 			values[5] = TimestampTzGetDatum(h->acquired);
 			values[6] = TimestampTzGetDatum(rw_mono_to_timestamp(h->lease_end_ms));
-			values[7] = CStringGetTextDatum(h->lost ? "lost" :
+			values[7] = CStringGetTextDatum(h->releasing ? "releasing" :
+											h->lost ? "lost" :
 											h->lease_end_ms < now ? "expired" : "held");
 			values[8] = CStringGetTextDatum(h->owner);
 			if (ncols == 12)
@@ -457,7 +564,7 @@ redis_locks(PG_FUNCTION_ARGS)
 
 /*
  * redis_locks (version 1.2): every hold published by every session of this
- * server, one row per session, name and level (keeper.c's table), then a
+ * server, one row per session, name and level (holdtable.c's table), then a
  * row per waiting session (deadlock.c's), granted = false, as pg_locks
  * shows waiters. Empty unless rwlock is preloaded.
  */
@@ -479,7 +586,7 @@ redis_locks_all(PG_FUNCTION_ARGS)
 		bool		nulls[12] = {0};
 
 		values[0] = Int32GetDatum(w->pid);
-		values[1] = CStringGetTextDatum(w->name);
+		values[1] = PointerGetDatum(introspect_text(w->name, introspect_db_encoding(w->datid)));
 		values[2] = CStringGetTextDatum(w->mode == RW_WRITE ? "write" : "read");
 		values[3] = CStringGetTextDatum(w->level == RW_SESSION ? "session" : "xact");
 		nulls[4] = nulls[5] = nulls[6] = true;

@@ -2,70 +2,47 @@
  *
  * keeper.c
  *	  The keeper: background workers that renew the leases of every hold
- *	  of every session, and the shared-memory table where sessions publish
- *	  their holds for them (and for the redis_locks view).
+ *	  of every session, and release the holds of sessions that exited
+ *	  before their own releases got through. The holds are those sessions
+ *	  publish in the shared table (holdtable.c), which this file reaches
+ *	  only through its interface.
  *
  * Only with rwlock in shared_preload_libraries. Without it there is no
- * table, the view is empty, and each session renews its own leases lazily
- * (renew.c: at every rwlock call, and by redis_renew()).
+ * keeper, and each session renews its own leases lazily (renew.c).
  *
- * The table: rwlock.max_holds slots, one per (session, lock name) held in
- * Redis, on a free list, under one LWLock. A session writes its slot when it
- * takes a lock in Redis (publish: one slot write under the lock, no Redis
- * work, no allocation) and clears it before it releases the lock in Redis,
- * and at exit before its releases. Stacked holds and mode changes of a hold
- * that is already published are written by the session into its own slot
- * without the lock (single-byte stores; the lock guards who owns a slot).
- *
- * Every publish and every clear stamps the slot with a new generation, from
- * one counter for the whole table. The keeper copies the due slots (those
- * past a third of their lease) with their generation under the lock in
- * shared mode, renews them with no lock held, pipelined, one batch per
- * Redis URL, on behalf of each slot's owner id, then writes the results
- * back under the lock in exclusive mode only into slots whose generation
- * did not change. So:
- *	- a hold released while its renewal was in flight: renew.lua finds the
- *	  owner not holding and returns 0 (it never re-creates anything), and
- *	  the result is dropped because the slot was cleared first;
- *	- a hold lost and taken again while its renewal was in flight: the new
- *	  publish has a new generation, so the stale "lost" is dropped;
- *	- a dead backend: its slot is cleared at exit; a slot whose pid has no
- *	  PGPROC is released on its owner's behalf, never renewed; a crashed
- *	  backend makes the postmaster reinitialise shared memory, which
- *	  empties the table.
+ * Each process copies the holds due (past a third of their lease) out of
+ * the table (rw_holdtable_due), renews them with no lock held, pipelined,
+ * one batch per Redis URL, on behalf of each hold's owner id, and writes
+ * the results back (rw_holdtable_renewals), which the table keeps only for
+ * holds that did not change meanwhile. A renewal that finds the hold gone
+ * flags it lost; the session reports it at its next operation on that lock
+ * (held.c).
  * A hold left to the keeper (its backend exited before its own release got
  * through, or is gone) is released on its owner's behalf. A release that
  * fails (no connection, an error reply such as WRONGTYPE, a MOVED) is
- * logged once, with why, and tried again until the hold's lease has
- * certainly run out: then, or at once if the hold was found lost, the slot
- * is freed without Redis and that is logged once. Nothing renews such a
- * hold after its backend stopped (the keeper records when its own last
- * renewal of it ended, answered or not), so the table never fills with
- * holds of servers that are gone.
- * A renewal that finds the hold gone sets the slot's lost flag; the session
- * reports it at its next operation on that lock (held.c).
+ * logged once, with why, and tried again until it is moot
+ * (rw_holdtable_moot: the hold was found lost, or its lease has certainly
+ * run out): then the slot is freed without Redis, and that is logged once.
  *
  * Servers are renewed independently: the keeper starts a renewer (a
- * dynamic background worker) per URL that has holds, and each renewer
- * renews the slots of its URL, so a server that stalls holds up only its
- * own renewer. The keeper renews the holds whose renewer is not running
- * (starting, or none could be started). Each process keeps a connection
- * per URL it renews, reconnects after any failure at its next attempt,
- * retries failed renewals hold by hold after a pause that grows (so holds
- * that cannot be renewed never fill every batch), and closes connections
- * no slot has used for a minute. The keeper exits with code 1 on SIGTERM
- * or error, so the postmaster starts it again after a second; a renewer
- * that exits is started again by the keeper. A session renews a published
- * hold itself when the process that renews it has been silent for a third
- * of the hold's lease (rw_keeper_renews).
+ * dynamic background worker) per URL that has holds (rw_holdtable_assign),
+ * and each renewer renews the holds of its URL, so a server that stalls
+ * holds up only its own renewer. The keeper renews the holds whose renewer
+ * is not running (starting, or none could be started). Each process keeps
+ * a connection per URL it renews, reconnects after any failure at its next
+ * attempt, retries failed renewals hold by hold after a pause that grows
+ * (so holds that cannot be renewed never fill every batch), and closes
+ * connections no hold has used for a minute. The keeper exits with code 1
+ * on SIGTERM or error, so the postmaster starts it again after a second; a
+ * renewer that exits is started again by the keeper. A session renews a
+ * published hold itself when the process that renews it has been silent
+ * for a third of the hold's lease (rw_holdtable_renews).
  *
  *-------------------------------------------------------------------------
  */
 #include "rwlock.h"
 
-#include "access/twophase.h"
 #include "fmgr.h"
-#include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -73,192 +50,19 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
-#include "storage/proc.h"
-#include "storage/procarray.h"
-#include "storage/shmem.h"
 #include "tcop/tcopprot.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/timestamp.h"
 
-#define RW_KEY_MAX		(RW_PREFIX_MAX + 3 * RW_NAME_MAX + 8)
 #define KEEPER_BATCH	512		/* renewals per pipeline */
 #define KEEPER_MAX_SLEEP_MS 1000
 #define KEEPER_RETRY_MS 200		/* after a failed renewal; doubles to ... */
 #define KEEPER_RETRY_MAX_MS 1000	/* ... at most this (or a sixth of the lease) */
-#define KEEPER_STALE_MS 10000	/* a renewer silent this long (or a third of
-								 * the lease) is not relied on */
-#define NODE_IDLE_MS	60000	/* close a connection no slot used this long */
-#define RENEWERS_MAX	32		/* servers renewed each by a worker of its own */
-#define RENEWER_START_MS 10000	/* a worker not up after this is given up */
+#define NODE_IDLE_MS	60000	/* close a connection no hold used this long */
 #define RENEWER_REGISTER_RETRY_MS 10000	/* after no worker could be started */
-
-typedef struct RwSlot
-{
-	bool		in_use;
-	bool		lost;			/* set by the keeper */
-	uint8		exit;			/* SLOT_LIVE, or its backend is exiting */
-	int			renewer;		/* the renewer of its URL, or -1: the keeper */
-	uint8		modes[2];		/* strongest RwMode per RwLevel */
-	int			next_free;
-	int			pid;
-	Oid			datid;
-	int			lease_ms;
-	uint64		gen;
-	int64		token;
-	TimestampTz acquired;
-	pg_atomic_uint64 renewed;	/* monotonic ms: last renewal sent (or the
-								 * acquisition) */
-	int			procno;		/* the owner's PGPROC number: its request
-								 * sequence is seqs[procno] (protocol 3) */
-	int64		tried;			/* monotonic ms: the end of the keeper's
-								 * latest renewal of it, answered or not (one
-								 * not answered may have run until then) */
-	int64		stopped;		/* monotonic ms: when its backend stopped
-								 * renewing it (exiting, or found gone); 0
-								 * while live */
-	bool		release_failed; /* the keeper logged that it could not
-								 * release it */
-	char		owner[RW_OWNER_MAX];
-	char		url[RW_SPEC_MAX + 1];	/* the node's spec (url.c) */
-	char		key[RW_KEY_MAX];	/* the lock's hash key; :q follows */
-	char		name[RW_NAME_MAX + 1];
-} RwSlot;
-
-/*
- * A slot's exit: its backend is releasing it at exit (not renewed, kept),
- * or left it for the keeper to release (the exit's release did not get
- * through: no connection could be made within the exit's budget).
- */
-#define SLOT_LIVE		0
-#define SLOT_EXITING	1
-#define SLOT_ORPHAN		2
-
-/*
- * A renewer: the worker that renews the holds of one Redis server (URL).
- * The keeper starts one per URL that has holds; the renewer leaves when no
- * hold has used its URL for NODE_IDLE_MS. Slots point to it (renewer).
- */
-typedef enum RenewerState
-{
-	RENEWER_FREE,
-	RENEWER_STARTING,			/* registered by the keeper, not up yet */
-	RENEWER_RUNNING
-} RenewerState;
-
-typedef struct RwRenewer
-{
-	RenewerState state;
-	int			pid;			/* when running */
-	int64		since_ms;		/* monotonic: when it was registered */
-	Latch	   *latch;
-	pg_atomic_uint64 heartbeat; /* monotonic ms */
-	int64		wake;			/* monotonic ms: when it looks again */
-	char		url[RW_SPEC_MAX + 1];
-} RwRenewer;
-
-typedef struct RwShared
-{
-	LWLock	   *lock;
-	int			nslots;
-	int			free_head;
-	uint64		next_gen;
-	int			keeper_pid;		/* 0 when not running */
-	Latch	   *keeper_latch;
-	pg_atomic_uint64 heartbeat; /* monotonic ms */
-	int64		keeper_wake;	/* monotonic ms: when the keeper looks again */
-	RwRenewer	renewers[RENEWERS_MAX];
-	RwSlot		slots[FLEXIBLE_ARRAY_MEMBER];
-} RwShared;
-
-static RwShared *shared = NULL;
-/*
- * Every PGPROC's request sequence (protocol 3, protocol.c): a session's
- * requests and the keeper's on its behalf draw from one counter, so a
- * renewal goes as of the owner's newest request and a release on its
- * behalf after its exit is newer than all of them. Never reset: a later
- * backend with the same PGPROC carries the count on.
- */
-static pg_atomic_uint64 *seqs = NULL;
-static int	rw_max_holds = 1024;
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 PGDLLEXPORT void rw_keeper_main(Datum arg);
 PGDLLEXPORT void rw_renewer_main(Datum arg);
-
-/* ---------------------------------------------------------------------
- * Shared memory
- * --------------------------------------------------------------------- */
-
-static Size
-keeper_shmem_size(void)
-{
-	return add_size(offsetof(RwShared, slots),
-					mul_size(sizeof(RwSlot), rw_max_holds));
-}
-
-/* PGPROCs there can be: proc.c's count (backends, auxiliaries, 2PC). */
-static int
-keeper_nprocs(void)
-{
-	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
-}
-
-static void
-keeper_shmem_request(void)
-{
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(keeper_shmem_size());
-	RequestAddinShmemSpace(mul_size(sizeof(pg_atomic_uint64), keeper_nprocs()));
-	RequestNamedLWLockTranche("rwlock", 1);
-}
-
-static void
-keeper_shmem_startup(void)
-{
-	bool		found;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("rwlock holds", keeper_shmem_size(), &found);
-	if (!found)
-	{
-		/* Also after a crash: the table starts empty, dead holds unrenewed. */
-		memset(shared, 0, offsetof(RwShared, slots));
-		shared->lock = &(GetNamedLWLockTranche("rwlock"))->lock;
-		shared->nslots = rw_max_holds;
-		shared->next_gen = 1;
-		pg_atomic_init_u64(&shared->heartbeat, 0);
-		shared->keeper_wake = PG_INT64_MAX;
-		for (int i = 0; i < RENEWERS_MAX; i++)
-		{
-			shared->renewers[i].state = RENEWER_FREE;
-			pg_atomic_init_u64(&shared->renewers[i].heartbeat, 0);
-		}
-		for (int i = 0; i < rw_max_holds; i++)
-		{
-			RwSlot	   *s = &shared->slots[i];
-
-			s->in_use = false;
-			s->renewer = -1;
-			s->next_free = i + 1 < rw_max_holds ? i + 1 : -1;
-			pg_atomic_init_u64(&s->renewed, 0);
-		}
-		shared->free_head = 0;
-	}
-	seqs = ShmemInitStruct("rwlock request sequences",
-						   mul_size(sizeof(pg_atomic_uint64), keeper_nprocs()),
-						   &found);
-	if (!found)
-		for (int i = 0; i < keeper_nprocs(); i++)
-			pg_atomic_init_u64(&seqs[i], 0);
-	rw_proto_seq_share(seqs);
-	LWLockRelease(AddinShmemInitLock);
-}
 
 /* Called first thing in _PG_init. */
 void
@@ -269,20 +73,7 @@ rw_keeper_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
-	/* Before rw_define_gucs reserves the prefix. */
-	DefineCustomIntVariable("rwlock.max_holds",
-							"Holds the shared table can publish for the keeper and redis_locks.",
-							"One per session and lock name held. Holds beyond it are renewed by their own session.",
-							&rw_max_holds,
-							1024, 16, 1000000,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
-
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = keeper_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = keeper_shmem_startup;
+	rw_holdtable_init();		/* rwlock.max_holds, the shared table */
 
 	memset(&bgw, 0, sizeof(bgw));
 	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -296,263 +87,6 @@ rw_keeper_init(void)
 	RegisterBackgroundWorker(&bgw);
 }
 
-/* ---------------------------------------------------------------------
- * The session side (called from held.c)
- * --------------------------------------------------------------------- */
-
-/*
- * How long a renewer may be silent before sessions stop relying on it: a
- * third of the lease (at most KEEPER_STALE_MS), so that a session that
- * makes calls renews its holds itself with a third of the lease to spare
- * when the process that should renew them is stopped or stuck. A renewer
- * wakes at least every sixth of the shortest lease it renews.
- */
-static int64
-keeper_stale_ms(int lease_ms)
-{
-	return Min(KEEPER_STALE_MS, lease_ms / 3);
-}
-
-/*
- * Whether the hold published in slot is renewed by a process that is alive
- * and not silent for long: the renewer of its URL, or the keeper itself
- * while that is not running (starting, or none could be started). Then the
- * session leaves the hold to it. Lock-free reads: at worst the session
- * renews a hold the keeper renews too, which is harmless.
- */
-bool
-rw_keeper_renews(int slot, int lease_ms)
-{
-	int			r;
-	uint64		beat;
-
-	if (shared == NULL || slot < 0)
-		return false;
-	r = ((volatile RwSlot *) &shared->slots[slot])->renewer;
-	if (r >= 0 && r < RENEWERS_MAX &&
-		((volatile RwRenewer *) &shared->renewers[r])->state == RENEWER_RUNNING)
-		beat = pg_atomic_read_u64(&shared->renewers[r].heartbeat);
-	else if (((volatile RwShared *) shared)->keeper_pid != 0)
-		beat = pg_atomic_read_u64(&shared->heartbeat);
-	else
-		return false;
-	return rw_now_ms() - (int64) beat < keeper_stale_ms(lease_ms);
-}
-
-/* The renewer serving url, or -1. Under the lock. */
-static int
-renewer_of_url(const char *url)
-{
-	for (int r = 0; r < RENEWERS_MAX; r++)
-		if (shared->renewers[r].state != RENEWER_FREE &&
-			strcmp(shared->renewers[r].url, url) == 0)
-			return r;
-	return -1;
-}
-
-/*
- * Tell whoever renews slot s that it is due at `due`, if that is before it
- * meant to look again: its renewer if running, else the keeper (which also
- * starts renewers). Under the lock in exclusive mode.
- */
-static void
-keeper_wake_for(RwSlot *s, int64 due)
-{
-	RwRenewer  *r = s->renewer >= 0 ? &shared->renewers[s->renewer] : NULL;
-
-	if (r != NULL && r->state == RENEWER_RUNNING)
-	{
-		if (due < r->wake)
-		{
-			r->wake = due;
-			if (r->latch != NULL)
-				SetLatch(r->latch);
-		}
-		return;
-	}
-	/* No renewer running for it: the keeper renews it, or starts one. */
-	if (r == NULL)
-		due = Min(due, rw_now_ms());
-	if (due < shared->keeper_wake)
-	{
-		shared->keeper_wake = due;
-		if (shared->keeper_latch != NULL)
-			SetLatch(shared->keeper_latch);
-	}
-}
-
-/*
- * Publish a hold that was just taken (or taken again) in Redis. slot is the
- * hold's slot or -1; returns its slot, or -1 if there is no table or it is
- * full (then the session renews the hold itself; *full is set the first
- * time, for the caller to warn once its records are right). One slot write
- * under the lock: no Redis, no allocation, no ereport.
- */
-int
-rw_keeper_publish(int slot, const char *name, const char *url,
-				  const char *key, const char *owner, int64 token,
-				  TimestampTz acquired, int64 renewed_ms, int lease_ms,
-				  bool *full)
-{
-	static bool warned = false;
-	RwSlot	   *s;
-	int64		due = renewed_ms + lease_ms / 3;
-
-	*full = false;
-	if (shared == NULL)
-		return -1;
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (slot >= 0 && !(shared->slots[slot].in_use &&
-					   shared->slots[slot].pid == MyProcPid))
-		slot = -1;				/* not ours any more (cannot happen): take a new one */
-	if (slot < 0)
-	{
-		slot = shared->free_head;
-		if (slot < 0)
-		{
-			LWLockRelease(shared->lock);
-			*full = !warned;
-			warned = true;
-			return -1;
-		}
-		s = &shared->slots[slot];
-		shared->free_head = s->next_free;
-		s->in_use = true;
-		s->pid = MyProcPid;
-		s->procno = MyProc->pgprocno;
-		s->datid = MyDatabaseId;
-		s->modes[0] = s->modes[1] = RW_NONE;
-		strlcpy(s->owner, owner, sizeof(s->owner));
-		strlcpy(s->url, url, sizeof(s->url));
-		strlcpy(s->key, key, sizeof(s->key));
-		strlcpy(s->name, name, sizeof(s->name));
-		s->acquired = acquired;
-		s->renewer = renewer_of_url(url);
-	}
-	else
-		s = &shared->slots[slot];
-	s->gen = shared->next_gen++;
-	s->lost = false;
-	s->exit = SLOT_LIVE;
-	s->tried = 0;
-	s->stopped = 0;
-	s->release_failed = false;
-	s->token = token;
-	s->lease_ms = lease_ms;
-	pg_atomic_write_u64(&s->renewed, (uint64) renewed_ms);
-	keeper_wake_for(s, due);
-	LWLockRelease(shared->lock);
-	return slot;
-}
-
-/* Take a hold out of the table, before it is released in Redis. */
-void
-rw_keeper_unpublish(int slot)
-{
-	RwSlot	   *s;
-
-	if (shared == NULL || slot < 0)
-		return;
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	s = &shared->slots[slot];
-	if (s->in_use && s->pid == MyProcPid)
-	{
-		s->in_use = false;
-		s->gen = shared->next_gen++;
-		s->next_free = shared->free_head;
-		shared->free_head = slot;
-	}
-	LWLockRelease(shared->lock);
-}
-
-/*
- * A hold's exit, in its own slot (owner only). SLOT_EXITING: before its
- * release is sent at exit, not renewed any more but kept. SLOT_ORPHAN: the
- * release did not get through, so whoever renews the slot is woken to
- * release it on the owner's behalf rather than leave it to its lease. A
- * new generation drops what a renewal in flight finds.
- */
-static void
-keeper_set_exit(int slot, uint8 exit)
-{
-	RwSlot	   *s;
-
-	if (shared == NULL || slot < 0)
-		return;
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	s = &shared->slots[slot];
-	if (s->in_use && s->pid == MyProcPid)
-	{
-		s->exit = exit;
-		/* Every renewal this backend sent has ended by now. */
-		if (s->stopped == 0)
-			s->stopped = rw_now_ms();
-		s->gen = shared->next_gen++;
-		if (exit == SLOT_ORPHAN)
-			keeper_wake_for(s, rw_now_ms());
-	}
-	LWLockRelease(shared->lock);
-}
-
-void
-rw_keeper_exiting(int slot)
-{
-	keeper_set_exit(slot, SLOT_EXITING);
-}
-
-void
-rw_keeper_orphan(int slot)
-{
-	keeper_set_exit(slot, SLOT_ORPHAN);
-}
-
-/* The strongest mode held at each level, for redis_locks. Owner only. */
-void
-rw_keeper_set_modes(int slot, RwMode session_mode, RwMode xact_mode)
-{
-	if (shared == NULL || slot < 0)
-		return;
-	shared->slots[slot].modes[RW_SESSION] = session_mode;
-	shared->slots[slot].modes[RW_XACT] = xact_mode;
-}
-
-/*
- * What the keeper found out about a published hold: whether it was lost,
- * and when its lease was last renewed. Owner only; lock-free reads of
- * fields the keeper writes under the lock.
- */
-bool
-rw_keeper_state(int slot, int64 *renewed_ms)
-{
-	RwSlot	   *s;
-
-	if (shared == NULL || slot < 0)
-		return false;
-	s = &shared->slots[slot];
-	*renewed_ms = Max(*renewed_ms, (int64) pg_atomic_read_u64(&s->renewed));
-	pg_read_barrier();
-	return s->lost;
-}
-
-/* The session renewed (or found lost) a published hold itself. */
-void
-rw_keeper_renewed(int slot, int64 renewed_ms, bool lost)
-{
-	RwSlot	   *s;
-
-	if (shared == NULL || slot < 0)
-		return;
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	s = &shared->slots[slot];
-	if (s->in_use && s->pid == MyProcPid)
-	{
-		if (lost)
-			s->lost = true;
-		else if ((int64) pg_atomic_read_u64(&s->renewed) < renewed_ms)
-			pg_atomic_write_u64(&s->renewed, (uint64) renewed_ms);
-	}
-	LWLockRelease(shared->lock);
-}
 
 /* ---------------------------------------------------------------------
  * The keeper and its renewers
@@ -575,30 +109,10 @@ typedef struct KNode
 	struct KNode *next;
 } KNode;
 
-/* A due renewal, copied out of the table. */
-typedef struct KWork
-{
-	int			slot;
-	uint64		gen;
-	int			pid;
-	int			lease_ms;
-	bool		release;		/* release it (its backend exited), not renew */
-	uint64		seq;			/* the owner's request sequence to send */
-	char	   *owner;
-	char	   *url;
-	RwKeys		keys;
-} KWork;
-
-/* A due slot, before the batch is chosen. */
-typedef struct KDue
-{
-	int			slot;
-	int64		due;
-} KDue;
-
 static KNode *knodes = NULL;
 static int	my_renewer = -1;	/* this process: a renewer, or -1: the keeper */
 static bool cycle_had_holds = false;	/* the last keeper_cycle saw some */
+static int64 register_after = 0;	/* no new renewer before (monotonic) */
 
 /*
  * Per slot, this process's retry schedule after a failed renewal: a failed
@@ -672,56 +186,20 @@ knodes_tidy(int64 now)
 	}
 }
 
+/* The table has holds at url (rw_holdtable_due; under its lock). */
+static void
+knode_seen(const char *url, int64 now)
+{
+	KNode	   *k = knode_find(url);
+
+	if (k != NULL)
+		k->seen = now;
+}
+
 static int
 keeper_work_cmp(const void *a, const void *b)
 {
-	return strcmp(((const KWork *) a)->url, ((const KWork *) b)->url);
-}
-
-static int
-keeper_due_cmp(const void *a, const void *b)
-{
-	int64		x = ((const KDue *) a)->due,
-				y = ((const KDue *) b)->due;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
-
-/*
- * Whether this process renews slot s: a renewer, the slots that point to
- * it; the keeper, those whose renewer is not running. Under the lock.
- */
-static bool
-keeper_mine(const RwSlot *s)
-{
-	if (my_renewer >= 0)
-		return s->renewer == my_renewer;
-	return s->renewer < 0 ||
-		shared->renewers[s->renewer].state != RENEWER_RUNNING;
-}
-
-/*
- * Free a slot this process released, unless it changed meanwhile; true if
- * freed, with the lock's name in name.
- */
-static bool
-keeper_free_slot(KWork *w, char *name)
-{
-	RwSlot	   *s = &shared->slots[w->slot];
-	bool		freed = false;
-
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (s->in_use && s->gen == w->gen)
-	{
-		strlcpy(name, s->name, RW_NAME_MAX + 1);
-		freed = true;
-		s->in_use = false;
-		s->gen = shared->next_gen++;
-		s->next_free = shared->free_head;
-		shared->free_head = w->slot;
-	}
-	LWLockRelease(shared->lock);
-	return freed;
+	return strcmp(((const RwDueHold *) a)->url, ((const RwDueHold *) b)->url);
 }
 
 /*
@@ -730,7 +208,7 @@ keeper_free_slot(KWork *w, char *name)
  * KEEPER_RETRY_MAX_MS or a sixth of the lease. Returns when.
  */
 static int64
-keeper_retry_later(const KWork *w, int64 now)
+keeper_retry_later(const RwDueHold *w, int64 now)
 {
 	int			i = w->slot;
 	int64		cap = Min(KEEPER_RETRY_MAX_MS, Max(w->lease_ms / 6, 50));
@@ -745,77 +223,13 @@ keeper_retry_later(const KWork *w, int64 now)
 	return retry_at[i];
 }
 
-/*
- * Whether the release of w is moot: the hold was found lost, or its lease
- * has certainly run out (nothing renewed it after its backend stopped, or
- * after the keeper's last renewal of it ended, whichever is later, by a
- * lease and the clock drift allowed for). Then its slot is freed without
- * Redis, and that is logged once. Also true if the slot changed since it
- * was copied (not this process's to release now).
- */
-static bool
-keeper_release_moot(KWork *w, KNode *k, int64 now)
-{
-	RwSlot	   *s = &shared->slots[w->slot];
-	char		name[RW_NAME_MAX + 1];
-	int64		last;
-	bool		lost;
-	bool		freed = false;
-
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (!s->in_use || s->gen != w->gen)
-	{
-		LWLockRelease(shared->lock);
-		return true;
-	}
-	/* A live slot whose backend is gone stopped being renewed by now. */
-	if (s->stopped == 0)
-		s->stopped = now;
-	last = Max(Max((int64) pg_atomic_read_u64(&s->renewed), s->tried),
-			   s->stopped);
-	lost = s->lost;
-	if (lost || now >= last + s->lease_ms + rw_lease_drift_ms(s->lease_ms))
-	{
-		strlcpy(name, s->name, sizeof(name));
-		s->in_use = false;
-		s->gen = shared->next_gen++;
-		s->next_free = shared->free_head;
-		shared->free_head = w->slot;
-		freed = true;
-	}
-	LWLockRelease(shared->lock);
-	if (!freed)
-		return false;
-	if (lost)
-		ereport(LOG,
-				(errmsg("rwlock keeper gave up the release of Redis lock \"%s\" of process %d at %s: it was found lost",
-						name, w->pid, k->node.ep.display),
-				 errdetail("Its lease ran out or Redis lost its data: there is nothing to release.")));
-	else
-		ereport(LOG,
-				(errmsg("rwlock keeper gave up the release of Redis lock \"%s\" of process %d at %s: its lease has run out",
-						name, w->pid, k->node.ep.display),
-				 errdetail("Nothing renewed it for %.1f s (its lease is %.1f s): Redis no longer holds it for the owner.",
-						   (now - last) / 1000.0, w->lease_ms / 1000.0)));
-	return true;
-}
-
 /* Log, once a hold, that the keeper could not release it, and why. */
 static void
-keeper_release_failed(KWork *w, KNode *k, const RwError *err)
+keeper_release_failed(const RwDueHold *w, KNode *k, const RwError *err)
 {
-	RwSlot	   *s = &shared->slots[w->slot];
 	char		name[RW_NAME_MAX + 1];
-	bool		first = false;
 
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (s->in_use && s->gen == w->gen && !s->release_failed)
-	{
-		s->release_failed = first = true;
-		strlcpy(name, s->name, sizeof(name));
-	}
-	LWLockRelease(shared->lock);
-	if (first)
+	if (rw_holdtable_release_failed(w, name))
 		ereport(LOG,
 				(errmsg("rwlock keeper could not release Redis lock \"%s\" of process %d at %s",
 						name, w->pid, k->node.ep.display),
@@ -826,59 +240,49 @@ keeper_release_failed(KWork *w, KNode *k, const RwError *err)
 /*
  * Release a hold whose backend exited before its own release got through
  * (or is gone without a word), on behalf of its owner, unless that is moot
- * (keeper_release_moot). Returns when to try again if it failed
- * (PG_INT64_MAX if not).
+ * (rw_holdtable_moot: then its slot is freed without Redis, logged once).
+ * Returns when to try again if it failed (PG_INT64_MAX if not).
  */
 static int64
-keeper_release(KWork *w, int64 now)
+keeper_release(RwDueHold *w, int64 now)
 {
 	KNode	   *k = knode_get(w->url);
 	RwError		err;
 	char		name[RW_NAME_MAX + 1];
+	int64		idle_ms;
 
 	if (k == NULL)
 		return PG_INT64_MAX;
 	k->seen = now;
-	if (keeper_release_moot(w, k, now))
-		return PG_INT64_MAX;
+	switch (rw_holdtable_moot(w, now, name, &idle_ms))
+	{
+		case RW_MOOT_NOT:
+			break;
+		case RW_MOOT_CHANGED:
+			return PG_INT64_MAX;
+		case RW_MOOT_LOST:
+			ereport(LOG,
+					(errmsg("rwlock keeper gave up the release of Redis lock \"%s\" of process %d at %s: it was found lost",
+							name, w->pid, k->node.ep.display),
+					 errdetail("Its lease ran out or Redis lost its data: there is nothing to release.")));
+			return PG_INT64_MAX;
+		case RW_MOOT_LAPSED:
+			ereport(LOG,
+					(errmsg("rwlock keeper gave up the release of Redis lock \"%s\" of process %d at %s: its lease has run out",
+							name, w->pid, k->node.ep.display),
+					 errdetail("Nothing renewed it for %.1f s (its lease is %.1f s): Redis no longer holds it for the owner.",
+							   idle_ms / 1000.0, w->lease_ms / 1000.0)));
+			return PG_INT64_MAX;
+	}
 	if (!rw_release_as(&k->node, &w->keys, w->owner, w->seq, &err))
 	{
 		keeper_release_failed(w, k, &err);
 		return keeper_retry_later(w, now);
 	}
-	if (keeper_free_slot(w, name))
+	if (rw_holdtable_free(w, name))
 		elog(LOG, "rwlock keeper released Redis lock \"%s\" of process %d, which exited before its own release got through",
 			 name, w->pid);
 	return PG_INT64_MAX;
-}
-
-/*
- * A renewal of these holds ended at `now`, answered or not: one that was
- * not may have run until then. Recorded in the slot of each hold that is
- * still that hold (its backend and lock; a slot that went exiting or orphan
- * since is one), for keeper_release_moot. Under the lock in exclusive
- * mode.
- */
-static void
-keeper_tried_locked(KWork *work, int n, int64 now)
-{
-	for (int i = 0; i < n; i++)
-	{
-		RwSlot	   *s = &shared->slots[work[i].slot];
-
-		if (s->in_use && s->pid == work[i].pid &&
-			strcmp(s->key, work[i].keys.key[0]) == 0)
-			s->tried = Max(s->tried, now);
-	}
-}
-
-/* The same, taking the lock. */
-static void
-keeper_tried(KWork *work, int n, int64 now)
-{
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	keeper_tried_locked(work, n, now);
-	LWLockRelease(shared->lock);
 }
 
 /*
@@ -886,13 +290,14 @@ keeper_tried(KWork *work, int n, int64 now)
  * earliest that failed is to be tried again (PG_INT64_MAX if none did).
  */
 static int64
-keeper_renew_node(KNode *k, KWork *work, int n)
+keeper_renew_node(KNode *k, RwDueHold *work, int n)
 {
 	RwKeys	  **keys = palloc(sizeof(RwKeys *) * n);
 	const char **owners = palloc(sizeof(char *) * n);
 	uint64	   *seqs = palloc(sizeof(uint64) * n);
 	int		   *leases = palloc(sizeof(int) * n);
 	int		   *held = palloc(sizeof(int) * n);
+	RwRenewal  *outcome = palloc(sizeof(RwRenewal) * n);
 	int64		sent = rw_now_ms();
 	int64		retry = PG_INT64_MAX;
 	int64		now;
@@ -910,7 +315,7 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 	now = rw_now_ms();
 	if (!ok)
 	{
-		keeper_tried(work, n, now);
+		rw_holdtable_tried(work, n, now);
 		if (!k->failing)
 			ereport(LOG,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -926,137 +331,45 @@ keeper_renew_node(KNode *k, KWork *work, int n)
 				(errmsg("rwlock keeper renews leases at %s again", k->node.ep.display)));
 	k->failing = false;
 
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	keeper_tried_locked(work, n, now);
+	rw_holdtable_renewals(work, n, held, sent, now, k->node.ep.display, outcome);
 	for (int i = 0; i < n; i++)
 	{
-		RwSlot	   *s = &shared->slots[work[i].slot];
-
-		/* Released, or taken again, since it was copied: not ours to touch. */
-		if (!s->in_use || s->gen != work[i].gen)
-			continue;
-		if (held[i] == 1)
-		{
-			pg_atomic_write_u64(&s->renewed, (uint64) sent);
+		if (outcome[i] == RW_RENEWAL_DONE)
 			retry_gen[work[i].slot] = 0;
-			rw_stat_add(RW_STAT_RENEWALS, 1);
-		}
-		else if (held[i] == 0 && !s->lost)
-		{
-			/* Logged once a hold, after the lock is let go (never throws). */
-			s->lost = true;
-			rw_log_later("rwlock keeper found Redis lock \"%s\" of process %d lost at %s: its lease ran out or Redis lost its data",
-						 s->name, s->pid, k->node.ep.display);
-		}
-		else					/* an error reply (logged), undecided, or
-								 * stale (a newer request of the owner's
-								 * ran: its slot says so soon) */
+		else if (outcome[i] == RW_RENEWAL_RETRY)
 			retry = Min(retry, keeper_retry_later(&work[i], now));
 	}
-	LWLockRelease(shared->lock);
 	return retry;
 }
 
 /*
  * One pass: renew what is due among the holds this process renews, the
- * longest due first, at most KEEPER_BATCH at a time. A hold due within a
- * tenth of its lease goes with the batch (holds taken together are renewed
- * together). Returns when to look again (monotonic).
+ * longest due first, at most KEEPER_BATCH at a time (rw_holdtable_due), and
+ * release those whose backend exited. Returns when to look again
+ * (monotonic).
  */
 static int64
-keeper_cycle(int64 *wake)
+keeper_cycle(void)
 {
 	int64		now = rw_now_ms();
 	int64		next = now + KEEPER_MAX_SLEEP_MS;
-	KDue	   *cand = palloc(sizeof(KDue) * shared->nslots);
-	KWork	   *work;
-	int			ncand = 0;
+	RwDueHold  *work;
 	int			n;
 
-	cycle_had_holds = false;
-	LWLockAcquire(shared->lock, LW_SHARED);
-	for (int i = 0; i < shared->nslots; i++)
-	{
-		RwSlot	   *s = &shared->slots[i];
-		int64		due;
-		int64		early;
-		KNode	   *k;
-
-		if (!s->in_use || !keeper_mine(s))
-			continue;
-		/* Its backend releases it at exit (unless it died meanwhile). */
-		if (s->exit == SLOT_EXITING && BackendPidGetProc(s->pid) != NULL)
-			continue;
-		/* A lost hold is not renewed; its backend reports it, if live. */
-		if (s->lost && s->exit == SLOT_LIVE && BackendPidGetProc(s->pid) != NULL)
-			continue;
-		cycle_had_holds = true;
-		if ((k = knode_find(s->url)) != NULL)
-			k->seen = now;
-		/* Wake often enough for sessions to rely on the heartbeat. */
-		next = Min(next, now + Max(s->lease_ms / 6, 50));
-		due = (int64) pg_atomic_read_u64(&s->renewed) + s->lease_ms / 3;
-		if (s->exit != SLOT_LIVE)
-			due = now;			/* to release now */
-		if (retry_gen[i] == s->gen && retry_at[i] > due)
-			due = early = retry_at[i];	/* failed lately: not before its retry */
-		else
-			early = due - s->lease_ms / 10;
-		if (early > now)
-		{
-			next = Min(next, due);
-			continue;
-		}
-		cand[ncand].slot = i;
-		cand[ncand].due = due;
-		ncand++;
-	}
-	qsort(cand, ncand, sizeof(KDue), keeper_due_cmp);
-	n = Min(ncand, KEEPER_BATCH);
-	if (ncand > n)
-		next = now;				/* more next time round */
-	work = palloc(sizeof(KWork) * Max(n, 1));
-	for (int j = 0; j < n; j++)
-	{
-		RwSlot	   *s = &shared->slots[cand[j].slot];
-
-		/* Renewed now, it is due again a third of its lease from now. */
-		next = Min(next, now + s->lease_ms / 3);
-		work[j].slot = cand[j].slot;
-		work[j].gen = s->gen;
-		work[j].pid = s->pid;
-		work[j].lease_ms = s->lease_ms;
-		work[j].release = s->exit != SLOT_LIVE;
-		/*
-		 * Renewals go as of the owner's newest request; a release as the
-		 * owner is its newest request (each try a new one). The counter
-		 * is its PGPROC's, which a later backend there carries on.
-		 */
-		work[j].seq = work[j].release || BackendPidGetProc(s->pid) == NULL ?
-			pg_atomic_add_fetch_u64(&seqs[s->procno], 1) :
-			pg_atomic_read_u64(&seqs[s->procno]);
-		work[j].owner = pstrdup(s->owner);
-		work[j].url = pstrdup(s->url);
-		work[j].keys.key[0] = pstrdup(s->key);
-	}
-	/* Sessions that publish a hold due before this wake us up. */
-	*wake = next;
-	LWLockRelease(shared->lock);
+	n = rw_holdtable_due(my_renewer, now, retry_at, retry_gen, KEEPER_BATCH,
+						 knode_seen, &work, &next, &cycle_had_holds);
 
 	/* Never renew for a backend that is gone: release its holds instead. */
 	for (int i = 0; i < n; i++)
 	{
-		work[i].keys.len[0] = strlen(work[i].keys.key[0]);
-		work[i].keys.key[1] = psprintf("%s:q", work[i].keys.key[0]);
-		work[i].keys.len[1] = work[i].keys.len[0] + 2;
-		if (work[i].release || BackendPidGetProc(work[i].pid) == NULL)
+		if (work[i].release || !work[i].live)
 		{
 			next = Min(next, keeper_release(&work[i], now));
 			work[i--] = work[--n];
 		}
 	}
 
-	qsort(work, n, sizeof(KWork), keeper_work_cmp);
+	qsort(work, n, sizeof(RwDueHold), keeper_work_cmp);
 	for (int start = 0, end; start < n; start = end)
 	{
 		KNode	   *k;
@@ -1074,8 +387,6 @@ keeper_cycle(int64 *wake)
 }
 
 /* ---- the keeper: starting renewers ---- */
-
-static int64 register_after = 0;	/* no new renewer before (monotonic) */
 
 /* Register the worker for renewers[r]; false if none could be. */
 static bool
@@ -1095,80 +406,22 @@ keeper_start_renewer(int r)
 	return RegisterDynamicBackgroundWorker(&bgw, NULL);
 }
 
-/* Point the slots of renewers[r] back to the keeper. Under the lock. */
-static void
-keeper_orphan_slots(int r)
-{
-	for (int i = 0; i < shared->nslots; i++)
-		if (shared->slots[i].in_use && shared->slots[i].renewer == r)
-			shared->slots[i].renewer = -1;
-}
-
 /*
- * Give every URL that has holds a renewer: point each slot to the renewer
- * of its URL, and start one for a URL that has none. Until it runs, and
- * for URLs no renewer could be started for, the keeper renews the holds.
+ * Give every URL that has holds a renewer (rw_holdtable_assign), and start
+ * the workers of those it claimed. Until one runs, and for URLs no renewer
+ * could be started for, the keeper renews the holds.
  */
 static void
 keeper_supervise(int64 now)
 {
-	int			start[RENEWERS_MAX];
-	int			nstart = 0;
-
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	for (int r = 0; r < RENEWERS_MAX; r++)
-	{
-		RwRenewer  *w = &shared->renewers[r];
-
-		if (w->state == RENEWER_STARTING && now - w->since_ms > RENEWER_START_MS)
-		{
-			w->state = RENEWER_FREE;	/* never came up: start another */
-			keeper_orphan_slots(r);
-		}
-	}
-	for (int i = 0; i < shared->nslots; i++)
-	{
-		RwSlot	   *s = &shared->slots[i];
-		int			r;
-
-		if (!s->in_use || s->lost)
-			continue;			/* a lost hold is never renewed */
-		if (s->renewer >= 0 &&
-			(shared->renewers[s->renewer].state == RENEWER_FREE ||
-			 strcmp(shared->renewers[s->renewer].url, s->url) != 0))
-			s->renewer = -1;
-		if (s->renewer >= 0)
-			continue;
-		r = renewer_of_url(s->url);
-		if (r < 0 && now < register_after)
-			continue;			/* none could be started lately */
-		if (r < 0)
-		{
-			for (r = 0; r < RENEWERS_MAX; r++)
-				if (shared->renewers[r].state == RENEWER_FREE)
-					break;
-			if (r == RENEWERS_MAX)
-				continue;		/* more URLs than renewers: the keeper's */
-			shared->renewers[r].state = RENEWER_STARTING;
-			shared->renewers[r].pid = 0;
-			shared->renewers[r].latch = NULL;
-			shared->renewers[r].since_ms = now;
-			shared->renewers[r].wake = 0;
-			strlcpy(shared->renewers[r].url, s->url, sizeof(shared->renewers[r].url));
-			start[nstart++] = r;
-		}
-		s->renewer = r;
-	}
-	LWLockRelease(shared->lock);
+	int			start[RW_RENEWERS_MAX];
+	int			nstart = rw_holdtable_assign(now, now >= register_after, start);
 
 	for (int j = 0; j < nstart; j++)
 	{
 		if (keeper_start_renewer(start[j]))
 			continue;
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		shared->renewers[start[j]].state = RENEWER_FREE;
-		keeper_orphan_slots(start[j]);
-		LWLockRelease(shared->lock);
+		rw_holdtable_renewer_failed(start[j]);
 		if (now >= register_after)
 			ereport(LOG,
 					(errmsg("rwlock keeper could not start a worker to renew the leases of one Redis server; it renews them itself"),
@@ -1183,69 +436,19 @@ keeper_supervise(int64 now)
 static void
 keeper_exit(int code, Datum arg)
 {
-	if (shared == NULL)
+	if (rw_holdtable_nslots() == 0)
 		return;
 
 	/*
 	 * An error thrown under the table's lock (an out-of-memory in
-	 * keeper_cycle's copies, under LW_SHARED) ends a background worker with
-	 * the lock still held: taken again here, it would wait for itself, and
-	 * every session's publish behind it. ProcKill releases LWLocks only after
-	 * this callback; newer minor releases (15.20's shmem_exit) release them
-	 * before any exit callback, older ones do not.
+	 * rw_holdtable_due's copies, under LW_SHARED) ends a background worker
+	 * with the lock still held: taken again here, it would wait for itself,
+	 * and every session's publish behind it. ProcKill releases LWLocks only
+	 * after this callback; newer minor releases (15.20's shmem_exit) release
+	 * them before any exit callback, older ones do not.
 	 */
 	LWLockReleaseAll();
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (my_renewer >= 0)
-	{
-		RwRenewer  *w = &shared->renewers[my_renewer];
-
-		if (w->state == RENEWER_RUNNING && w->pid == MyProcPid)
-		{
-			w->state = RENEWER_FREE;
-			w->pid = 0;
-			w->latch = NULL;
-			keeper_orphan_slots(my_renewer);
-			/* The keeper takes its holds over, and starts another. */
-			shared->keeper_wake = 0;
-			if (shared->keeper_latch != NULL)
-				SetLatch(shared->keeper_latch);
-		}
-	}
-	else if (shared->keeper_pid == MyProcPid)
-	{
-		shared->keeper_pid = 0;
-		shared->keeper_latch = NULL;
-	}
-	LWLockRelease(shared->lock);
-}
-
-/*
- * A renewer that had no hold to renew for NODE_IDLE_MS leaves, if still no
- * slot with a hold to renew points to it (checked under the lock, so that
- * no session publishes a hold for it meanwhile).
- */
-static void
-renewer_leave_if_idle(void)
-{
-	bool		idle = true;
-	RwRenewer  *w = &shared->renewers[my_renewer];
-
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < shared->nslots && idle; i++)
-		if (shared->slots[i].in_use && !shared->slots[i].lost &&
-			shared->slots[i].renewer == my_renewer)
-			idle = false;
-	if (idle)
-	{
-		keeper_orphan_slots(my_renewer);	/* lost holds: nothing to renew */
-		w->state = RENEWER_FREE;
-		w->pid = 0;
-		w->latch = NULL;
-	}
-	LWLockRelease(shared->lock);
-	if (idle)
-		proc_exit(0);
+	rw_holdtable_detach(my_renewer);
 }
 
 /* Common start of the keeper and a renewer: signals, memory, retries. */
@@ -1262,12 +465,12 @@ keeper_begin(const char *appname)
 	pgstat_report_appname(appname);
 	rw_stats_attach();			/* no database: the row of database 0 */
 
-	if (shared == NULL)
+	if (rw_holdtable_nslots() == 0)
 		elog(FATAL, "rwlock keeper started without its shared memory");
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	retry_at = palloc0(sizeof(int64) * shared->nslots);
-	retry_gen = palloc0(sizeof(uint64) * shared->nslots);
-	retry_n = palloc0(sizeof(int) * shared->nslots);
+	retry_at = palloc0(sizeof(int64) * rw_holdtable_nslots());
+	retry_gen = palloc0(sizeof(uint64) * rw_holdtable_nslots());
+	retry_n = palloc0(sizeof(int) * rw_holdtable_nslots());
 	MemoryContextSwitchTo(old);
 	return AllocSetContextCreate(TopMemoryContext, "rwlock keeper",
 								 ALLOCSET_DEFAULT_SIZES);
@@ -1275,10 +478,10 @@ keeper_begin(const char *appname)
 
 /*
  * Renew, sleep, renew, until SIGTERM: the heartbeat says when this process
- * last went round; *wake is where sessions say when to look again.
+ * last went round (sessions rely on it: rw_holdtable_renews).
  */
 static void
-keeper_loop(MemoryContext cxt, pg_atomic_uint64 *heartbeat, int64 *wake)
+keeper_loop(MemoryContext cxt)
 {
 	int64		idle_since = rw_now_ms();
 
@@ -1296,7 +499,7 @@ keeper_loop(MemoryContext cxt, pg_atomic_uint64 *heartbeat, int64 *wake)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		now = rw_now_ms();
-		pg_atomic_write_u64(heartbeat, (uint64) now);
+		rw_holdtable_beat(my_renewer, now);
 
 		MemoryContextReset(cxt);
 		{
@@ -1304,18 +507,19 @@ keeper_loop(MemoryContext cxt, pg_atomic_uint64 *heartbeat, int64 *wake)
 
 			if (my_renewer < 0)
 				keeper_supervise(now);
-			next = keeper_cycle(wake);
+			next = keeper_cycle();
 			MemoryContextSwitchTo(old);
 		}
 		/* What the renewals' answers gave to log (rw_log_later). */
 		rw_logs_flush();
 		now = rw_now_ms();
-		pg_atomic_write_u64(heartbeat, (uint64) now);
+		rw_holdtable_beat(my_renewer, now);
 
 		if (cycle_had_holds)
 			idle_since = now;
-		else if (my_renewer >= 0 && now - idle_since > NODE_IDLE_MS)
-			renewer_leave_if_idle();
+		else if (my_renewer >= 0 && now - idle_since > NODE_IDLE_MS &&
+				 rw_holdtable_renewer_leave(my_renewer))
+			proc_exit(0);		/* no hold to renew lately */
 
 		ms = (long) Min(next - now, KEEPER_MAX_SLEEP_MS);
 		if (ms > 0)
@@ -1333,15 +537,10 @@ rw_keeper_main(Datum arg)
 {
 	MemoryContext cxt = keeper_begin("rwlock keeper");
 
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	shared->keeper_pid = MyProcPid;
-	shared->keeper_latch = MyLatch;
-	shared->keeper_wake = 0;
-	LWLockRelease(shared->lock);
-	pg_atomic_write_u64(&shared->heartbeat, (uint64) rw_now_ms());
+	rw_holdtable_keeper_attach();
 	on_shmem_exit(keeper_exit, (Datum) 0);
-	elog(LOG, "rwlock keeper started: renewing leases of up to %d holds", shared->nslots);
-	keeper_loop(cxt, &shared->heartbeat, &shared->keeper_wake);
+	elog(LOG, "rwlock keeper started: renewing leases of up to %d holds", rw_holdtable_nslots());
+	keeper_loop(cxt);
 }
 
 /* A renewer: renews the holds of one Redis URL, renewers[arg]. */
@@ -1350,71 +549,15 @@ rw_renewer_main(Datum arg)
 {
 	int			r = DatumGetInt32(arg);
 	MemoryContext cxt = keeper_begin("rwlock renewer");
-	RwRenewer  *w = &shared->renewers[r];
-	bool		mine;
+	char		url[RW_SPEC_MAX + 1];
+	RwEndpoint	ep;
+	char	   *why;
 
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	mine = w->state == RENEWER_STARTING;
-	if (mine)
-	{
-		w->state = RENEWER_RUNNING;
-		w->pid = MyProcPid;
-		w->latch = MyLatch;
-		w->wake = 0;
-		pg_atomic_write_u64(&w->heartbeat, (uint64) rw_now_ms());
-		my_renewer = r;
-	}
-	LWLockRelease(shared->lock);
-	if (!mine)
+	if (!rw_holdtable_renewer_attach(r, url))
 		proc_exit(0);			/* given up on, or started twice */
+	my_renewer = r;
 	on_shmem_exit(keeper_exit, (Datum) 0);
-	{
-		RwEndpoint	ep;
-		char	   *why;
-
-		elog(LOG, "rwlock renewer %d started: renewing the leases of holds at %s",
-			 r, rw_parse_url(w->url, &ep, &why) ? ep.display : "?");
-	}
-	keeper_loop(cxt, &w->heartbeat, &w->wake);
-}
-
-/* ---------------------------------------------------------------------
- * SQL: redis_locks
- * --------------------------------------------------------------------- */
-
-/*
- * Every published hold, copied under the lock (redis_locks of version 1.2,
- * introspect.c).
- */
-int
-rw_keeper_rows(RwKeeperRow **rows)
-{
-	int			n = 0;
-
-	*rows = NULL;
-	if (shared == NULL)
-		return 0;
-	*rows = palloc(sizeof(RwKeeperRow) * (shared->nslots + 1));
-	LWLockAcquire(shared->lock, LW_SHARED);
-	for (int i = 0; i < shared->nslots; i++)
-	{
-		RwSlot	   *s = &shared->slots[i];
-		RwKeeperRow *r = &(*rows)[n];
-
-		if (!s->in_use)
-			continue;
-		r->pid = s->pid;
-		r->datid = s->datid;
-		r->modes[0] = s->modes[0];
-		r->modes[1] = s->modes[1];
-		r->lost = s->lost;
-		r->token = s->token;
-		r->acquired = s->acquired;
-		r->lease_end_ms = (int64) pg_atomic_read_u64(&s->renewed) + s->lease_ms;
-		r->owner = pstrdup(s->owner);
-		r->name = pstrdup(s->name);
-		n++;
-	}
-	LWLockRelease(shared->lock);
-	return n;
+	elog(LOG, "rwlock renewer %d started: renewing the leases of holds at %s",
+		 r, rw_parse_url(url, &ep, &why) ? ep.display : "?");
+	keeper_loop(cxt);
 }

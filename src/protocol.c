@@ -22,7 +22,9 @@
 #include "miscadmin.h"
 #include "port.h"
 #include "port/atomics.h"
+#include "storage/ipc.h"
 #include "storage/proc.h"
+#include "storage/shmem.h"
 
 /*
  * The owner's request sequence (protocol 3, docs/protocol.md 4.1): every
@@ -33,14 +35,14 @@
  * owner id is this backend's, and the counter lives as long as it does.
  * Renewals and fences carry the counter as it is (rw_proto_seq_now): they
  * are checked, never recorded. With the library preloaded the counter is
- * this backend's PGPROC's in shared memory (keeper.c: rw_proto_seq_share),
+ * this backend's PGPROC's in shared memory (holdtable.c: rw_proto_seq_share),
  * which the keeper reads to renew on our behalf and advances to release
  * for us after we exited; else it is this process's own.
  */
 static uint64 proto_seq = 0;
 static pg_atomic_uint64 *proto_seqs = NULL;
 
-/* keeper.c's counters, one per PGPROC (set in the postmaster). */
+/* holdtable.c's counters, one per PGPROC (set in the postmaster). */
 void
 rw_proto_seq_share(pg_atomic_uint64 *counters)
 {
@@ -77,7 +79,144 @@ rw_proto_is_stale(const char *msg)
 	return strncmp(msg, "RWLOCK_STALE", 12) == 0;
 }
 
-/* A string unique to this session, among all servers and over time. */
+/*
+ * Who each PGPROC is now, for naming processes (rw_owner_live_pid): the
+ * owner id of the backend there, with the generation it carries. A backend
+ * claims a new generation of its PGPROC when it makes its owner id
+ * (protocol.c), registers the id, and withdraws it at exit; a later
+ * backend at the same PGPROC registers another. Written only by the
+ * backend itself, read without a lock as a sequence lock: gen is 0 while
+ * the record is written or empty.
+ */
+typedef struct RwProcOwner
+{
+	pg_atomic_uint64 gen;		/* the generation registered, or 0 */
+	pg_atomic_uint64 claims;	/* generations handed out at this PGPROC */
+	int			pid;
+	char		owner[RW_OWNER_MAX];
+} RwProcOwner;
+
+static RwProcOwner *proc_owners = NULL;
+static int	proc_owners_n = 0;
+
+/* Room for the records of nprocs PGPROCs (holdtable.c allocates it). */
+Size
+rw_proto_owners_size(int nprocs)
+{
+	return mul_size(sizeof(RwProcOwner), nprocs);
+}
+
+/* holdtable.c's records, one per PGPROC (set in the postmaster). */
+void
+rw_proto_owners_share(void *mem, int nprocs, bool init)
+{
+	proc_owners = (RwProcOwner *) mem;
+	proc_owners_n = nprocs;
+	if (init)
+		for (int i = 0; i < nprocs; i++)
+		{
+			pg_atomic_init_u64(&proc_owners[i].gen, 0);
+			pg_atomic_init_u64(&proc_owners[i].claims, 0);
+			proc_owners[i].pid = 0;
+			proc_owners[i].owner[0] = '\0';
+		}
+}
+
+
+/*
+ * A new generation of this backend's PGPROC, for its owner id; 0 without
+ * shared memory (then no owner id is ever taken for a process).
+ */
+static uint64
+owner_claim(void)
+{
+	if (proc_owners == NULL || MyProc == NULL)
+		return 0;
+	return pg_atomic_add_fetch_u64(&proc_owners[MyProc->pgprocno].claims, 1);
+}
+
+static void
+owner_withdraw(int code, Datum arg)
+{
+	RwProcOwner *r = &proc_owners[DatumGetInt32(arg)];
+
+	pg_atomic_write_u64(&r->gen, 0);
+}
+
+/*
+ * Register this backend's owner id, of generation gen (owner_claim),
+ * until it exits. After held.c's exit callback (before_shmem_exit): the
+ * releases at exit go as a live owner's, then the keeper sees it gone.
+ */
+static void
+owner_register(const char *owner, uint64 gen)
+{
+	RwProcOwner *r;
+
+	if (proc_owners == NULL || MyProc == NULL || gen == 0)
+		return;
+	r = &proc_owners[MyProc->pgprocno];
+	pg_atomic_write_u64(&r->gen, 0);
+	pg_write_barrier();
+	r->pid = MyProcPid;
+	strlcpy(r->owner, owner, sizeof(r->owner));
+	pg_write_barrier();
+	pg_atomic_write_u64(&r->gen, gen);
+	on_shmem_exit(owner_withdraw, Int32GetDatum(MyProc->pgprocno));
+}
+
+/*
+ * The pid of the live backend of this server whose owner id is owner, or
+ * 0: owner must be the very id registered at the PGPROC it names (so a
+ * client's id that only looks like a session's names nobody, nor does the
+ * id of a backend that exited, whatever backend has its pid or PGPROC
+ * now), and that PGPROC must still be that process's.
+ * The id: pg:<system id>:<pid>:<procno>.<generation>:<random>.
+ */
+int
+rw_owner_live_pid(const char *owner)
+{
+	const char *p = owner;
+	long		procno;
+	char	   *end;
+	RwProcOwner *r;
+	uint64		g1,
+				g2;
+	int			pid;
+	bool		same;
+
+	if (proc_owners == NULL || strncmp(owner, "pg:", 3) != 0)
+		return 0;
+	for (int field = 0; field < 3; field++)
+		if ((p = strchr(p, ':')) == NULL)
+			return 0;
+		else
+			p++;
+	if (!isdigit((unsigned char) *p))
+		return 0;
+	procno = strtol(p, &end, 10);
+	if (*end != '.' || procno < 0 || procno >= proc_owners_n)
+		return 0;
+	r = &proc_owners[procno];
+	g1 = pg_atomic_read_u64(&r->gen);
+	pg_read_barrier();
+	pid = r->pid;
+	same = strncmp(r->owner, owner, sizeof(r->owner)) == 0;
+	pg_read_barrier();
+	g2 = pg_atomic_read_u64(&r->gen);
+	if (g1 == 0 || g1 != g2 || !same)
+		return 0;
+	/* Registered, and not withdrawn: is the PGPROC still that process? */
+	if (ProcGlobal->allProcs[procno].pid != pid)
+		return 0;
+	return pid;
+}
+
+/*
+ * A string unique to this session, among all servers and over time:
+ * pg:<system id>:<pid>:<PGPROC number>.<its generation>:<random>. Only the
+ * id registered in shared memory names a process (rw_owner_live_pid).
+ */
 const char *
 rw_owner_id(void)
 {
@@ -86,11 +225,16 @@ rw_owner_id(void)
 	if (owner[0] == '\0')
 	{
 		uint32		rnd;
+		uint64		gen = owner_claim();
 
 		if (!pg_strong_random(&rnd, sizeof(rnd)))
 			rnd = (uint32) MyStartTimestamp;
-		snprintf(owner, sizeof(owner), "pg:%llx:%d:%08x",
-				 (unsigned long long) GetSystemIdentifier(), MyProcPid, rnd);
+		snprintf(owner, sizeof(owner), "pg:%llx:%d:%d.%llx:%08x",
+				 (unsigned long long) GetSystemIdentifier(), MyProcPid,
+				 MyProc != NULL ? MyProc->pgprocno : 0,
+				 (unsigned long long) gen, rnd);
+		/* Which process it is, for views and messages. */
+		owner_register(owner, gen);
 	}
 	return owner;
 }

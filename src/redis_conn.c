@@ -767,140 +767,284 @@ conn_append_secret(RwConn *conn, int argc, const char **argv)
  * (SUBSCRIBE and UNSUBSCRIBE; without it, waiters could only poll), at the
  * first wait. The keeper does not publish (renewals wake nobody) and serves
  * holds of every prefix: it checks the policy only.
+ *
+ * The steps are a table (handshake_steps): each says when it is sent, what
+ * it sends, and what its answer means. All are sent, then all answers read
+ * in one round trip; the first answer that fails the connection says why.
  */
+/* What the steps of one handshake share. */
+typedef struct Handshake
+{
+	RwConn	   *conn;
+	RwEndpoint *ep;
+	const char *user;
+	const char *password;
+	bool		fit_check;		/* a command connection to a lock server */
+	bool		role_checked;	/* ROLE was asked before AUTH */
+	char	   *probe;			/* "<prefix>:{}:c": the channel probed */
+	char	   *policy;			/* INFO's maxmemory-policy, if it said */
+	char		dbbuf[16];
+	char		namebuf[64];
+	RwError    *err;
+} Handshake;
+
+typedef struct HandshakeStep
+{
+	const char *command;		/* for messages */
+	bool		(*wanted) (Handshake *h);
+	void		(*append) (Handshake *h);
+	bool		(*check) (Handshake *h, const char *command, redisReply *r);	/* false: *err */
+} HandshakeStep;
+
+static bool
+hs_want_auth(Handshake *h)
+{
+	return h->password != NULL;
+}
+
+static void
+hs_append_auth(Handshake *h)
+{
+	const char *argv[3] = {"AUTH", h->user ? h->user : h->password, h->password};
+
+	conn_append_secret(h->conn, h->user ? 3 : 2, argv);
+}
+
+/* Any error reply fails the connection. */
+static bool
+hs_check_plain(Handshake *h, const char *command, redisReply *r)
+{
+	return r->type != REDIS_REPLY_ERROR || conn_handshake_error(r, command, h->err);
+}
+
+/* A sentinel without a password ignores one a catch-all line gave. */
+static bool
+hs_check_auth(Handshake *h, const char *command, redisReply *r)
+{
+	if (r->type == REDIS_REPLY_ERROR && h->ep->is_sentinel &&
+		strstr(r->str, "without any password configured") != NULL)
+		return true;
+	return hs_check_plain(h, command, r);
+}
+
+static bool
+hs_want_select(Handshake *h)
+{
+	return h->ep->db != 0;
+}
+
+static void
+hs_append_select(Handshake *h)
+{
+	const char *argv[2] = {"SELECT", h->dbbuf};
+
+	snprintf(h->dbbuf, sizeof(h->dbbuf), "%d", h->ep->db);
+	rw_append(h->conn, 2, argv, NULL, NULL);
+}
+
+static bool
+hs_want_always(Handshake *h)
+{
+	return true;
+}
+
+static void
+hs_append_setname(Handshake *h)
+{
+	const char *argv[3] = {"CLIENT", "SETNAME", h->namebuf};
+
+	snprintf(h->namebuf, sizeof(h->namebuf), "rwlock:pg:%d%s", MyProcPid,
+			 h->ep->is_sentinel ? ":sentinel" :
+			 h->conn->is_subscriber ? ":sub" : "");
+	rw_append(h->conn, 3, argv, NULL, NULL);
+}
+
+/* A refusal by an ACL is ignored; NOAUTH says a password is missing. */
+static bool
+hs_check_setname(Handshake *h, const char *command, redisReply *r)
+{
+	if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0)
+		return conn_handshake_error(r, command, h->err);
+	return true;
+}
+
+static bool
+hs_want_role(Handshake *h)
+{
+	return h->ep->sentinel && !h->role_checked;
+}
+
+static void
+hs_append_role(Handshake *h)
+{
+	const char *argv[1] = {"ROLE"};
+
+	rw_append(h->conn, 1, argv, NULL, NULL);
+}
+
+static bool
+hs_check_role(Handshake *h, const char *command, redisReply *r)
+{
+	if (r->type == REDIS_REPLY_ERROR)
+		return conn_handshake_error(r, command, h->err);
+	return conn_role_is_master(h->ep, r, h->err);
+}
+
+static bool
+hs_want_fit(Handshake *h)
+{
+	return h->fit_check;
+}
+
+static void
+hs_append_info(Handshake *h)
+{
+	const char *argv[2] = {"INFO", "memory"};
+
+	rw_append(h->conn, 2, argv, NULL, NULL);
+}
+
+/* Read, not judged here: conn_policy_check, once every answer is read. */
+static bool
+hs_check_info(Handshake *h, const char *command, redisReply *r)
+{
+	h->policy = conn_policy_info(h->conn, r);
+	return true;
+}
+
+static char *
+hs_probe(Handshake *h)
+{
+	if (h->probe == NULL)
+		h->probe = psprintf("%s:{}:c", rw_key_prefix);
+	return h->probe;
+}
+
+static bool
+hs_want_publish(Handshake *h)
+{
+	return h->fit_check && !IsBackgroundWorker;
+}
+
+static void
+hs_append_publish(Handshake *h)
+{
+	const char *argv[3] = {"PUBLISH", hs_probe(h), ""};
+
+	rw_append(h->conn, 3, argv, NULL, NULL);
+}
+
+/* The lock channels' right: refused is RW_ERR_NOPERM (NOAUTH is not). */
+static bool
+hs_check_channel(Handshake *h, const char *command, redisReply *r)
+{
+	if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) != 0)
+	{
+		rw_error_set(h->err, RW_ERR_NOPERM,
+					 "the Redis user may not %s the lock channels (%s %s: %s)",
+					 command[0] == 'P' ? "publish on" : "subscribe to",
+					 command, h->probe, r->str);
+		return false;
+	}
+	return hs_check_plain(h, command, r);
+}
+
+static bool
+hs_want_subscribe(Handshake *h)
+{
+	return h->conn->is_subscriber && !h->ep->is_sentinel;
+}
+
+static void
+hs_append_subscribe(Handshake *h)
+{
+	const char *argv[2] = {"SUBSCRIBE", hs_probe(h)};
+
+	rw_append(h->conn, 2, argv, NULL, NULL);
+}
+
+static void
+hs_append_unsubscribe(Handshake *h)
+{
+	const char *argv[2] = {"UNSUBSCRIBE", hs_probe(h)};
+
+	rw_append(h->conn, 2, argv, NULL, NULL);
+}
+
+/* Still subscribed: no use as a waiter's connection. */
+static bool
+hs_check_unsubscribe(Handshake *h, const char *command, redisReply *r)
+{
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+		r->element[2]->type == REDIS_REPLY_INTEGER &&
+		r->element[2]->integer == 0)
+		return true;
+	rw_error_set(h->err, RW_ERR_CONNECT,
+				 "unexpected answer to UNSUBSCRIBE %s at connect", h->probe);
+	return false;
+}
+
+/* In the order they are sent. */
+static const HandshakeStep handshake_steps[] = {
+	{"AUTH", hs_want_auth, hs_append_auth, hs_check_auth},
+	{"SELECT", hs_want_select, hs_append_select, hs_check_plain},
+	{"CLIENT SETNAME", hs_want_always, hs_append_setname, hs_check_setname},
+	{"ROLE", hs_want_role, hs_append_role, hs_check_role},
+	{"INFO", hs_want_fit, hs_append_info, hs_check_info},
+	{"PUBLISH", hs_want_publish, hs_append_publish, hs_check_channel},
+	{"SUBSCRIBE", hs_want_subscribe, hs_append_subscribe, hs_check_channel},
+	{"UNSUBSCRIBE", hs_want_subscribe, hs_append_unsubscribe, hs_check_unsubscribe},
+};
+
+#define HANDSHAKE_STEPS lengthof(handshake_steps)
+
 static bool
 conn_handshake(RwConn *conn, const char *user, const char *password,
 			   int64 deadline, RwError *err)
 {
-	RwEndpoint *ep = &conn->node->ep;
-	const char *commands[8];
-	redisReply *replies[8];
-	char		dbbuf[16];
-	char		namebuf[64];
-	char	   *probe = NULL;
-	char	   *policy = NULL;
-	bool		fit_check = !ep->is_sentinel && !conn->is_subscriber;
-	bool		role_checked = false;
+	Handshake	h;
+	const HandshakeStep *sent[HANDSHAKE_STEPS];
+	redisReply *replies[HANDSHAKE_STEPS];
 	int			n = 0;
 	bool		ok = true;
 
+	memset(&h, 0, sizeof(h));
+	h.conn = conn;
+	h.ep = &conn->node->ep;
+	h.user = user;
+	h.password = password;
+	h.fit_check = !h.ep->is_sentinel && !conn->is_subscriber;
+	h.err = err;
+
 	/* A server a sentinel named proves it is the master before AUTH. */
-	if (ep->sentinel && password &&
-		!conn_role_before_auth(conn, deadline, &role_checked, err))
+	if (h.ep->sentinel && password &&
+		!conn_role_before_auth(conn, deadline, &h.role_checked, err))
 		return false;
-	if (password)
-	{
-		const char *argv[3] = {"AUTH", user ? user : password, password};
-
-		conn_append_secret(conn, user ? 3 : 2, argv);
-		commands[n++] = "AUTH";
-	}
-	if (ep->db != 0)
-	{
-		const char *argv[2] = {"SELECT", dbbuf};
-
-		snprintf(dbbuf, sizeof(dbbuf), "%d", ep->db);
-		rw_append(conn, 2, argv, NULL, NULL);
-		commands[n++] = "SELECT";
-	}
-	{
-		const char *argv[3] = {"CLIENT", "SETNAME", namebuf};
-
-		snprintf(namebuf, sizeof(namebuf), "rwlock:pg:%d%s", MyProcPid,
-				 ep->is_sentinel ? ":sentinel" :
-				 conn->is_subscriber ? ":sub" : "");
-		rw_append(conn, 3, argv, NULL, NULL);
-		commands[n++] = "CLIENT SETNAME";
-	}
-	if (ep->sentinel && !role_checked)
-	{
-		const char *argv[1] = {"ROLE"};
-
-		rw_append(conn, 1, argv, NULL, NULL);
-		commands[n++] = "ROLE";
-	}
-	if (fit_check)
-	{
-		const char *argv[2] = {"INFO", "memory"};
-
-		rw_append(conn, 2, argv, NULL, NULL);
-		commands[n++] = "INFO";
-	}
-	if (fit_check && !IsBackgroundWorker)
-	{
-		const char *argv[3] = {"PUBLISH", NULL, ""};
-
-		probe = psprintf("%s:{}:c", rw_key_prefix);
-		argv[1] = probe;
-		rw_append(conn, 3, argv, NULL, NULL);
-		commands[n++] = "PUBLISH";
-	}
-	if (conn->is_subscriber && !ep->is_sentinel)
-	{
-		const char *sub[2] = {"SUBSCRIBE", NULL};
-		const char *unsub[2] = {"UNSUBSCRIBE", NULL};
-
-		probe = psprintf("%s:{}:c", rw_key_prefix);
-		sub[1] = unsub[1] = probe;
-		rw_append(conn, 2, sub, NULL, NULL);
-		commands[n++] = "SUBSCRIBE";
-		rw_append(conn, 2, unsub, NULL, NULL);
-		commands[n++] = "UNSUBSCRIBE";
-	}
+	for (int i = 0; i < (int) HANDSHAKE_STEPS; i++)
+		if (handshake_steps[i].wanted(&h))
+		{
+			handshake_steps[i].append(&h);
+			sent[n++] = &handshake_steps[i];
+		}
 	if (!conn_exchange(conn, n, replies, deadline, "rwlock.connect_timeout",
 					   rw_connect_timeout_ms, err))
 	{
-		if (probe)
-			pfree(probe);
+		if (h.probe)
+			pfree(h.probe);
 		return false;
 	}
 	for (int i = 0; i < n; i++)
 	{
-		redisReply *r = replies[i];
-
-		if (!ok)
-			;
-		else if (strcmp(commands[i], "INFO") == 0)
-			policy = conn_policy_info(conn, r);
-		else if ((strcmp(commands[i], "PUBLISH") == 0 ||
-				  strcmp(commands[i], "SUBSCRIBE") == 0) &&
-				 r->type == REDIS_REPLY_ERROR &&
-				 strncmp(r->str, "NOAUTH", 6) != 0)
-		{
-			rw_error_set(err, RW_ERR_NOPERM,
-					  "the Redis user may not %s the lock channels (%s %s: %s)",
-					  commands[i][0] == 'P' ? "publish on" : "subscribe to",
-					  commands[i], probe, r->str);
-			ok = false;
-		}
-		else if (strcmp(commands[i], "UNSUBSCRIBE") == 0 &&
-				 !(r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-				   r->element[2]->type == REDIS_REPLY_INTEGER &&
-				   r->element[2]->integer == 0))
-		{
-			/* Still subscribed: no use as a waiter's connection. */
-			rw_error_set(err, RW_ERR_CONNECT,
-					  "unexpected answer to UNSUBSCRIBE %s at connect", probe);
-			ok = false;
-		}
-		else if (r->type == REDIS_REPLY_ERROR && ep->is_sentinel &&
-				 strcmp(commands[i], "AUTH") == 0 &&
-				 strstr(r->str, "without any password configured") != NULL)
-			;
-		else if (r->type == REDIS_REPLY_ERROR &&
-				 (strcmp(commands[i], "CLIENT SETNAME") != 0 ||
-				  strncmp(r->str, "NOAUTH", 6) == 0))
-			ok = conn_handshake_error(r, commands[i], err);
-		else if (strcmp(commands[i], "ROLE") == 0)
-			ok = conn_role_is_master(ep, r, err);
-		freeReplyObject(r);
+		if (ok)
+			ok = sent[i]->check(&h, sent[i]->command, replies[i]);
+		freeReplyObject(replies[i]);
 	}
-	if (ok && fit_check)
-		ok = conn_policy_check(policy, err);
-	if (policy)
-		pfree(policy);
-	if (probe)
-		pfree(probe);
+	if (ok && h.fit_check)
+		ok = conn_policy_check(h.policy, err);
+	if (h.policy)
+		pfree(h.policy);
+	if (h.probe)
+		pfree(h.probe);
 	if (!ok)
 		rw_conn_close(conn);
 	return ok;

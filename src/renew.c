@@ -4,9 +4,9 @@
  *	  When and how a session renews the leases of its own holds.
  *
  * With the keeper running (keeper.c), it renews every hold it was shown,
- * and a session renews only the holds the keeper's table had no room for,
- * and those whose renewer has been silent for a third of their lease (at
- * most 10 s: a keeper stopped or stuck; rw_keeper_renews).
+ * and a session renews only those whose renewer has been silent for a
+ * third of their lease (at most 10 s: a keeper stopped or stuck;
+ * rw_holdtable_renews).
  * Without it, every rwlock call renews, in one pipelined batch per node,
  * the holds past a third of their lease; redis_renew() renews them all at
  * once. The schedule runs on the monotonic clock, so a step of the wall
@@ -15,6 +15,8 @@
  * A renewal that cannot reach a node never fails the call that made it (the
  * node may be a former server that is gone): it is tried again after a
  * pause, and a hold that stays unrenewed past its lease is reported lost.
+ * An interrupt is served, after the answers that came before it (a
+ * cluster's masters, a quorum's members) are recorded.
  *
  *-------------------------------------------------------------------------
  */
@@ -57,7 +59,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 	int64		sent = rw_now_ms();
 	int			nrenewed = 0;
 	bool		again = false;
-	RwError		err;
+	RwError		err = {RW_OK};
 
 	for (int i = 0; i < n; i++)
 	{
@@ -87,7 +89,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 		{
 			/* The lease runs from no earlier than when the request went. */
 			h->renewed_ms = sent;
-			rw_keeper_renewed(h->slot, sent, false);
+			rw_holdtable_renewed(h->slot, sent, false);
 			rw_renew_scheduled(sent, h->lease_ms);
 			rw_stat_add(RW_STAT_RENEWALS, 1);
 			nrenewed++;
@@ -95,7 +97,7 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 		else if (held[i] == 0)
 		{
 			rw_holds_mark_lost(h);
-			rw_keeper_renewed(h->slot, sent, true);
+			rw_holdtable_renewed(h->slot, sent, true);
 			if (all)
 				rw_note_lost(h->name, NULL);
 			if (nlost)
@@ -117,6 +119,13 @@ renew_batch(RwNode *node, RwHeld **due, int n, bool all, int *nlost)
 	}
 	if (again)
 		rw_renew_scheduled(rw_now_ms() + renew_retry_pause(), 0);
+	/* Cut short after some answers (a cluster's, a quorum's): recorded. */
+	if (err.kind == RW_ERR_INTERRUPTED)
+	{
+		node->renew_retry_ms = rw_now_ms() + renew_retry_pause();
+		rw_renew_scheduled(node->renew_retry_ms, 0);
+		rw_raise(&node->cmd, &err);
+	}
 	return nrenewed;
 }
 
@@ -162,7 +171,7 @@ rw_renew_due(bool all, int *nlost)
 					(*nlost)++;
 				continue;
 			}
-			if (!all && (rw_keeper_renews(h->slot, h->lease_ms) ||
+			if (!all && (rw_holdtable_renews(h->slot, h->lease_ms) ||
 						 now < h->renewed_ms + h->lease_ms / 3 ||
 						 now < node->renew_retry_ms))
 			{

@@ -10,8 +10,12 @@
  *	  introspect.c the SQL entry points that ask Redis: redis_lock_info,
  *	               redis_connection_info (with functions.c's rw_name_arg);
  *	               redis_lock_stats, from stats.c; redis_locks (holders
- *	               from keeper.c, waiters from deadlock.c) and the
+ *	               from holdtable.c, waiters from deadlock.c) and the
  *	               blockers functions, from deadlock.c
+ *	  keeper.c     the background workers (the keeper, a renewer per Redis
+ *	               server): renew every session's published holds, release
+ *	               those of sessions that exited (release.c), all through
+ *	               holdtable.c's interface
  *	  held.c       lock and unlock, stacking, transaction, subtransaction,
  *	               DISCARD ALL and exit callbacks
  *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancel;
@@ -27,11 +31,13 @@
  *	  renew.c      when and how a session renews its own leases
  *	  holds.c      the session's table of holds, what the keeper is shown,
  *	               warnings kept for a safe moment
+ *	  holdtable.c  the shared table of every session's holds, the one door
+ *	               both sides use: sessions publish, change, take out and
+ *	               leave holds; the keeper's workers copy what is due, write
+ *	               back results, free what is released or moot; rows of
+ *	               redis_locks; the renewers' registry
  *	  route.c      which node serves a lock: the one URL, a server, a
  *	               Sentinel-monitored service, a Redis Cluster or a quorum
- *	  keeper.c     the background workers (the keeper, a renewer per Redis
- *	               server) and their shared table (read by introspect.c's
- *	               redis_locks through rw_keeper_rows)
  *	  quorum.c     quorum mode (experimental): several independent masters
  *	               in rwlock.redis_url; one plain node per URL under the
  *	               logical node, acquisitions and renewals sent to all of
@@ -45,7 +51,9 @@
  *	               resolver (ep->resolve) names a node of the cluster when
  *	               redis_conn.c connects the node's own connections
  *	  protocol.c   one C function per Lua script; the owner's request
- *	               sequence that makes a late command a no-op (protocol 3)
+ *	               sequence that makes a late command a no-op (protocol 3);
+ *	               the owner id, and which live backend an owner id is
+ *	               (rw_owner_live_pid, records in shared memory)
  *	  scripts.c    the embedded scripts (lua_scripts.c) and EVALSHA/EVAL
  *	  sentinel.c   where a Sentinel-monitored master is now: asks the
  *	               sentinels, each through redis_conn.c on a plain
@@ -483,6 +491,9 @@ extern uint64 rw_proto_seq_next(void);
 extern uint64 rw_proto_seq_now(void);
 extern bool rw_proto_is_stale(const char *msg);
 extern const char *rw_owner_id(void);
+extern int	rw_owner_live_pid(const char *owner);
+extern Size rw_proto_owners_size(int nprocs);
+extern void rw_proto_owners_share(void *mem, int nprocs, bool init);
 extern void rw_build_keys(const char *prefix, const char *name, RwKeys *keys,
 						  MemoryContext cxt);
 extern void rw_copy_keys(const RwKeys *from, RwKeys *to, MemoryContext cxt);
@@ -580,24 +591,85 @@ extern void rw_stat_error(int sqlerrcode);
 extern int	rw_stats_read(RwStatsCopy **rows);
 extern bool rw_stats_reset(void);
 
-/* ---- keeper.c ---- */
-extern void rw_keeper_init(void);
-extern bool rw_keeper_renews(int slot, int lease_ms);
-extern int	rw_keeper_publish(int slot, const char *name, const char *url,
-							  const char *key, const char *owner, int64 token,
-							  TimestampTz acquired, int64 renewed_ms,
-							  int lease_ms, bool *full);
-extern void rw_keeper_unpublish(int slot);
-extern void rw_keeper_exiting(int slot);
-extern void rw_keeper_orphan(int slot);
-extern void rw_keeper_set_modes(int slot, RwMode session_mode, RwMode xact_mode);
-extern bool rw_keeper_state(int slot, int64 *renewed_ms);
-extern void rw_keeper_renewed(int slot, int64 renewed_ms, bool lost);
+/* ---- holdtable.c ---- */
 
-/* A published hold, copied for redis_locks (rw_keeper_rows). */
+#define RW_RENEWERS_MAX	32		/* servers renewed each by a worker of its own */
+
+/* The session's side. */
+extern void rw_holdtable_init(void);
+extern bool rw_holdtable_renews(int slot, int lease_ms);
+extern int	rw_holdtable_publish(int slot, const char *name, const char *url,
+								 const char *key, const char *owner, int64 token,
+								 TimestampTz acquired, int64 renewed_ms,
+								 int lease_ms, bool *full);
+extern int	rw_holdtable_max_holds(void);
+extern void rw_holdtable_unpublish(int slot);
+extern void rw_holdtable_exiting(int slot);
+extern void rw_holdtable_orphan(int slot);
+extern void rw_holdtable_set_modes(int slot, RwMode session_mode, RwMode xact_mode);
+extern bool rw_holdtable_state(int slot, int64 *renewed_ms);
+extern void rw_holdtable_renewed(int slot, int64 renewed_ms, bool lost);
+
+/* The keeper's side: a hold to renew or release, copied out of the table. */
+typedef struct RwDueHold
+{
+	int			slot;
+	uint64		gen;			/* the slot's generation when copied */
+	int			pid;
+	int			lease_ms;
+	bool		release;		/* release it (its backend exited), not renew */
+	bool		live;			/* its backend was alive when copied */
+	uint64		seq;			/* the owner's request sequence to send */
+	char	   *owner;
+	char	   *url;
+	RwKeys		keys;
+} RwDueHold;
+
+typedef enum RwMoot
+{
+	RW_MOOT_NOT,				/* to release */
+	RW_MOOT_CHANGED,			/* the slot changed: not ours now */
+	RW_MOOT_LOST,				/* found lost: freed */
+	RW_MOOT_LAPSED				/* its lease certainly ran out: freed */
+} RwMoot;
+
+typedef enum RwRenewal
+{
+	RW_RENEWAL_DONE,
+	RW_RENEWAL_LOST,
+	RW_RENEWAL_RETRY,
+	RW_RENEWAL_SKIP
+} RwRenewal;
+
+extern int	rw_holdtable_nslots(void);
+extern int	rw_holdtable_due(int renewer, int64 now, const int64 *retry_at,
+							 const uint64 *retry_gen, int max,
+							 void (*seen) (const char *url, int64 now),
+							 RwDueHold **out, int64 *next, bool *had_holds);
+extern bool rw_holdtable_free(const RwDueHold *w, char *name);
+extern RwMoot rw_holdtable_moot(const RwDueHold *w, int64 now, char *name,
+								int64 *idle_ms);
+extern bool rw_holdtable_release_failed(const RwDueHold *w, char *name);
+extern void rw_holdtable_tried(const RwDueHold *work, int n, int64 now);
+extern void rw_holdtable_renewals(const RwDueHold *work, int n, const int *held,
+								  int64 sent, int64 now, const char *where,
+								  RwRenewal *outcome);
+extern int	rw_holdtable_assign(int64 now, bool may_start, int *start);
+extern void rw_holdtable_renewer_failed(int r);
+extern void rw_holdtable_keeper_attach(void);
+extern bool rw_holdtable_renewer_attach(int r, char *url);
+extern void rw_holdtable_beat(int renewer, int64 now);
+extern bool rw_holdtable_renewer_leave(int r);
+extern void rw_holdtable_detach(int renewer);
+
+/* A published hold, copied for redis_locks (rw_holdtable_rows). */
 typedef struct RwKeeperRow
 {
 	int			pid;
+	bool		live;			/* its backend is alive (else pid is stale) */
+	bool		releasing;		/* its backend exited or is exiting: the
+								 * hold is being released, by it or the
+								 * keeper */
 	Oid			datid;
 	uint8		modes[2];		/* strongest RwMode per RwLevel */
 	bool		lost;
@@ -608,7 +680,10 @@ typedef struct RwKeeperRow
 	char	   *name;
 } RwKeeperRow;
 
-extern int	rw_keeper_rows(RwKeeperRow **rows);
+extern int	rw_holdtable_rows(RwKeeperRow **rows);
+
+/* ---- keeper.c ---- */
+extern void rw_keeper_init(void);
 
 /* ---- route.c ---- */
 
@@ -737,7 +812,7 @@ extern int	rw_holds_count(void);
 extern RwHeld **rw_holds_list(int *n);
 extern RwMode rw_level_mode(RwHeld *h, RwLevel level);
 extern RwMode rw_wanted_mode(RwHeld *h);
-extern void rw_holds_granted(RwHeld *h, RwMode mode, int64 token,
+extern bool rw_holds_granted(RwHeld *h, RwMode mode, int64 token,
 							 int64 since);
 extern void rw_holds_refresh(RwHeld *h);
 extern void rw_holds_publish_modes(RwHeld *h);

@@ -48,7 +48,7 @@ sub cycle_of
 	my $broken = defined $vi ? $ended->[$vi] : 99;
 	cmp_ok($broken, '<', 1.0 + 1.0 + 1.0, "broken $broken s after the cycle closed (deadlock_timeout 1 s; margin for a loaded machine)");
 	like($ve, qr/ERROR:  40P01: deadlock detected/, 'the error');
-	like($ve, qr/DETAIL:  Process \d+ waits for write lock "c2\w"; blocked by pg:[0-9a-f]+:\d+:[0-9a-f]+\.\n(?:Process|pg:)\S* ?\S* waits for write lock "c2\w"; blocked by process \d+\./,
+	like($ve, qr/DETAIL:  Process \d+ waits for write lock "c2\w"; blocked by pg:[0-9a-f]+:\d+:\d+\.[0-9a-f]+:[0-9a-f]+\.\n(?:Process|pg:)\S* ?\S* waits for write lock "c2\w"; blocked by process \d+\./,
 		'the DETAIL names the cycle, the other server\'s session by its owner id');
 	$a->quit; $b->quit;
 }

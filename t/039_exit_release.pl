@@ -135,6 +135,8 @@ sub client_id_of
 	my ($out) = sq($sa, "SELECT $names");
 	is($out, join('|', ('t') x 12), 'd) a session holds 12 locks on a Redis');
 	my $pid = session_pid($sa);
+	# After the exit its rows show pid NULL (releasing): found by owner id.
+	my $owner = session_owner($sa);
 	($out) = sq($sa, "SELECT count(*) FROM redis_locks WHERE pid = $pid");
 	is($out, '12', 'd) all 12 are published');
 	redis_cli($gone, 'CLIENT', 'KILL', 'ID', client_id_of($pid, $gone));
@@ -143,7 +145,7 @@ sub client_id_of
 	my $t0 = time;
 	ok(defined wait_until(sub { backend_gone($m, $pid) }, 5), 'd) the session exited, its Redis stopped for good');
 	my $freed = wait_until(sub {
-		$m->safe_psql('postgres', "SELECT count(*) FROM redis_locks WHERE pid = $pid") eq '0';
+		$m->safe_psql('postgres', "SELECT count(*) FROM redis_locks WHERE owner = '$owner'") eq '0';
 	}, 15);
 	ok(defined $freed, sprintf('d) its 12 slots are free %.1f s after the exit (lease 2 s)', time - $t0));
 	my $log = slurp_file($m->logfile);
@@ -172,6 +174,7 @@ sub client_id_of
 	($out) = sq($sc, "SELECT redis_wlock('wt') > 0");
 	is($out, 't', 'e) a session holds wt');
 	$pid = session_pid($sc);
+	$owner = session_owner($sc);
 	redis_cli($live, 'CLIENT', 'KILL', 'ID', client_id_of($pid, $live));
 	redis_cli($live, 'SET', 'tap_exitgone:{wt}', 'not a hash');
 	redis_sigstop($live);
@@ -180,7 +183,7 @@ sub client_id_of
 	redis_sigcont($live);
 	$t0 = time;
 	$freed = wait_until(sub {
-		$m->safe_psql('postgres', "SELECT count(*) FROM redis_locks WHERE pid = $pid") eq '0';
+		$m->safe_psql('postgres', "SELECT count(*) FROM redis_locks WHERE owner = '$owner'") eq '0';
 	}, 15);
 	ok(defined $freed, sprintf('e) its slot is free %.1f s after Redis answered again (lease 2 s)', time - $t0));
 	$log = slurp_file($m->logfile);
@@ -200,6 +203,7 @@ sub client_id_of
 	($out) = sq($sf, "SELECT redis_wlock('lx') > 0");
 	is($out, 't', 'f) a session holds lx');
 	$pid = session_pid($sf);
+	$owner = session_owner($sf);
 	redis_cli($live, 'DEL', 'tap_exitgone:{lx}');
 	ok(defined wait_until(sub {
 		$m->safe_psql('postgres', "SELECT lease_state FROM redis_locks WHERE pid = $pid") eq 'lost';
@@ -209,7 +213,7 @@ sub client_id_of
 	$m->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
 	ok(defined wait_until(sub { backend_gone($m, $pid) }, 5), 'f) the session exited, its release not sent');
 	$freed = wait_until(sub {
-		$m->safe_psql('postgres', "SELECT count(*) FROM redis_locks WHERE pid = $pid") eq '0';
+		$m->safe_psql('postgres', "SELECT count(*) FROM redis_locks WHERE owner = '$owner'") eq '0';
 	}, 5);
 	ok(defined $freed, 'f) its slot is free within 5 s, Redis still frozen (lease 2 s)');
 	like(slurp_file($m->logfile), qr/rwlock keeper gave up the release of Redis lock "lx" of process $pid at [^\n]*: it was found lost/,

@@ -165,7 +165,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import faultproxy  # noqa: E402
-from rwtest import RedisCluster, RedisSentinel, RedisServer  # noqa: E402
+from rwtest import REDIS_CLI, RedisCluster, RedisSentinel, RedisServer  # noqa: E402
 
 LOCK = "c"
 KEY = "rwlock:{c}"             # the lock's hash (default rwlock.key_prefix)
@@ -1078,9 +1078,10 @@ def run(topo, args):
               % (time.time() - now_ms() / 1000.0, path), flush=True)
         for port in ports:
             monitors.append(subprocess.Popen(
-                ["bash", "-c", "while :; do redis-cli -p %d monitor; "
-                 "redis-cli -p %d ping >/dev/null 2>&1 || break; sleep 0.01; done | "
-                 "grep --line-buffered -F '{c}' > %s.%d" % (port, port, path, port)],
+                ["bash", "-c", "while :; do %s -p %d monitor; "
+                 "%s -p %d ping >/dev/null 2>&1 || break; sleep 0.01; done | "
+                 "grep --line-buffered -F '{c}' > %s.%d"
+                 % (REDIS_CLI, port, REDIS_CLI, port, path, port)],
                 start_new_session=True))
     if args.kinds:
         proxy.start_cutting()

@@ -14,7 +14,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-our @EXPORT = qw($REDIS_SERVER $REDIS_CLI redis_start redis_spawn redis_stop redis_cli new_node session sq
+our @EXPORT = qw($REDIS_SERVER $REDIS_CLI acl_setuser_args redis_start redis_spawn redis_stop redis_cli new_node session sq
   wait_until elapsed_since lock_state keeper_pid
   sq_send sq_poll sq_wait sqlstate redis_pid redis_holders redis_mode_of
   session_owner session_pid backend_gone strip_location
@@ -42,13 +42,17 @@ our $ACL = $ENV{RWLOCK_TEST_ACL} ? 1 : 0;
 our $ACL_PASSWORD = join '', map { sprintf '%02x', int(rand(256)) } 1 .. 16;
 my %acl_extra;    # port => the extra rights its user was given (restarts)
 
-# The ACL SETUSER command for the lock user, with these extra rights.
+# docs/connecting.md's ACL SETUSER command, as a list, from
+# tools/acl_line.py (the one parser of it). Options: user (default rwlock),
+# password (default this run's), prefix (the key prefix its key and
+# channel patterns are for; default *, any), extra (rights added).
 sub acl_setuser_args
 {
-	my (@extra) = @_;
+	my (%o) = @_;
 	my $out = '';
 	IPC::Run::run([ 'python3', "$FindBin::RealBin/../tools/acl_line.py",
-			'--prefix', '*', '--password', $ACL_PASSWORD, @extra ],
+			'--user', $o{user} // 'rwlock', '--prefix', $o{prefix} // '*',
+			'--password', $o{password} // $ACL_PASSWORD, @{ $o{extra} // [] } ],
 		'>', \$out) or die "tools/acl_line.py failed";
 	return split /\n/, $out;
 }
@@ -136,7 +140,7 @@ sub redis_spawn
 				$acl_extra{$port} = $o{acl_extra} // $acl_extra{$port}
 				  // ((grep { $_ eq '--cluster-enabled' } @args)
 					? [ '+cluster|slots', '+asking' ] : []);
-				my $ok = redis_cli($port, acl_setuser_args(@{ $acl_extra{$port} }));
+				my $ok = redis_cli($port, acl_setuser_args(extra => $acl_extra{$port}));
 				die "ACL SETUSER on port $port: $ok" unless $ok eq 'OK';
 			}
 			return $port;

@@ -93,7 +93,7 @@ bash test/tap.sh "${other_tap[@]}" || status=1
 # shellcheck disable=SC2086
 RWLOCK_TEST_ACL=1 bash test/tap.sh $acl_tap || status=1
 # The server matrix: the suites that depend on the server again on Valkey 8
-# (test/valkey.sh says which; about 10 min).
+# (test/valkey.sh says which; about 9 min).
 bash tools/isolated.sh bash test/valkey.sh || status=1
 bash verify/memcheck.sh || status=1
 FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash verify/fuzz.sh || status=1

@@ -13,7 +13,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua lua/fence.lua \
       lua/waits.lua lua/mark.lua
 EXTRA_CLEAN = src/lua_scripts.c
-REGRESS = rwlock state privileges sessions upgrade stacking
+REGRESS = rwlock state privileges sessions upgrade stacking preload
 # Run in a server with rwlock in shared_preload_libraries (test/run.sh):
 #   make installcheck REGRESS=keeper ISOLATION=
 REGRESS_PRELOADED = keeper

@@ -2,7 +2,9 @@
 -- file in a server with rwlock in shared_preload_libraries (the TAP suite
 -- tests renewals over time, crashes and Redis faults).
 CREATE EXTENSION IF NOT EXISTS rwlock;
-SET rwlock.key_prefix = 'rwtest_keeper';
+-- under the server's prefix, as sql/rwlock.sql says
+SELECT set_config('rwlock.key_prefix', current_setting('rwlock.key_prefix') || ':rwtest_keeper',
+                  false) LIKE '%:rwtest_keeper' AS own_prefix;
 
 -- the keeper runs (it starts with the server: give it ten seconds)
 DO $$
@@ -44,7 +46,8 @@ CREATE EXTENSION IF NOT EXISTS dblink;
 SELECT dblink_connect('stats_other', format('dbname=%s port=%s host=%s',
          current_database(), current_setting('port'),
          split_part(current_setting('unix_socket_directories'), ',', 1)));
-SELECT dblink_exec('stats_other', 'SET rwlock.key_prefix = ''rwtest_keeper''');
+SELECT dblink_exec('stats_other', format('SET rwlock.key_prefix = %L',
+                                         current_setting('rwlock.key_prefix')));
 SELECT * FROM dblink('stats_other', 'SELECT redis_try_rlock(''st1'')') AS t(other_got_it bool);
 SELECT dblink_disconnect('stats_other');
 -- a Redis that cannot be reached: 08001, counted by class

@@ -1,10 +1,14 @@
 -- Two sessions: this one and a dblink connection to the same database.
 CREATE EXTENSION IF NOT EXISTS rwlock;
 CREATE EXTENSION IF NOT EXISTS dblink;
-SET rwlock.key_prefix = 'rwtest2';
+-- both sessions start with the database's prefix (sql/rwlock.sql): add ours
+SELECT set_config('rwlock.key_prefix', current_setting('rwlock.key_prefix') || ':rwtest2', false)
+  LIKE '%:rwtest2' AS own_prefix;
 SELECT dblink_connect('other', format('dbname=%s port=%s host=%s', current_database(),
   current_setting('port'), split_part(current_setting('unix_socket_directories'), ',', 1)));
-SELECT * FROM dblink('other', $$SET rwlock.key_prefix = 'rwtest2'; SELECT 1$$) AS t(x int);
+SELECT * FROM dblink('other', $$SELECT set_config('rwlock.key_prefix',
+  current_setting('rwlock.key_prefix') || ':rwtest2', false) = $$ ||
+  quote_literal(current_setting('rwlock.key_prefix'))) AS t(same_prefix bool);
 -- What the other session sends at the end of a transaction (a release, a
 -- waiter's intent withdrawn) is not waited for, and reaches Redis on its own
 -- socket: give it up to 500 ms (much less than the 2 s an intent lives by

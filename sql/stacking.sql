@@ -4,7 +4,8 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS rwlock;
 RESET client_min_messages;
-SELECT set_config('rwlock.key_prefix', 'rwstack-' || md5(random()::text), false)
+SELECT set_config('rwlock.key_prefix', current_setting('rwlock.key_prefix') || ':rwstack-' ||
+                  md5(random()::text), false)
   IS NOT NULL AS fresh_prefix;
 
 -- 150 session-level read holds of one name, then 150 write holds of another

@@ -230,7 +230,7 @@ sq($conn, "SET rwlock.command_timeout = '1h'");
 ($out) = sq($conn, "SELECT count(*) FROM redis_lock_info('warm')");
 for my $i (1 .. 2)
 {
-	my $sleeper = IPC::Run::start([ 'redis-cli', '-p', $port, 'DEBUG', 'SLEEP', '3' ],
+	my $sleeper = IPC::Run::start([ $REDIS_CLI, '-p', $port, 'DEBUG', 'SLEEP', '3' ],
 		'>', \my $sout, '2>', \my $serr);
 	# Until Redis is asleep (it then answers nothing).
 	wait_until(sub { !redis_answers($port, 0.05) }, 2);

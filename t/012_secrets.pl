@@ -36,7 +36,7 @@ sub acli
 	my ($port, @args) = @_;
 	IPC::Run::run(
 		[
-			'redis-cli', '--no-auth-warning', '--user', $user, '--pass', $pw,
+			$REDIS_CLI, '--no-auth-warning', '--user', $user, '--pass', $pw,
 			'-p', $port, @args
 		],
 		'>', \my $out, '2>', \my $err);
@@ -170,7 +170,7 @@ SELECT redis_unlock('s1');");
 			"$what: AUTH refused: an error that names no server");
 		unlike($e, qr/\Q$pw\E|$user|127\.0\.0\.1|$port/, "$what: AUTH refused: no password, user, host or port")
 		  or diag $e;
-		IPC::Run::run([ 'redis-cli', '--no-auth-warning', '--user', $user, '--pass', 'other-pw',
+		IPC::Run::run([ $REDIS_CLI, '--no-auth-warning', '--user', $user, '--pass', 'other-pw',
 			'-p', $port, 'ACL', 'SETUSER', $user, 'resetpass', ">$pw" ], '>', \my $o);
 	}
 }

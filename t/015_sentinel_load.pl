@@ -15,7 +15,7 @@ my $set = sentinel_set_start(down_after => 1000);
 my $url = sentinel_url($set);
 my $node = new_node('sload', port => $set->{master}, preload => 1, lease => '5s',
 	conf => "rwlock.redis_url = '$url'\nmax_connections = 30\n");
-my $failover = "redis-cli -p $set->{sentinels}[0] SENTINEL FAILOVER $set->{name} >/dev/null";
+my $failover = "$REDIS_CLI -p $set->{sentinels}[0] SENTINEL FAILOVER $set->{name} >/dev/null";
 my $ok = run_load($node, RWLOCK_URL => $url, WAIT_REPLICAS => '1',
 	FAILOVER_CMD => $failover, DURATION => '16', SESSIONS => '6', MIN_RATE => '20');
 ok($ok, 'load.py through the sentinels, a failover halfway: no lost update');

@@ -214,7 +214,7 @@ failover_case('kill', sub {
 # --- test/load.py over the cluster, every master that has a replica (the
 # one promoted after the kill has none) failed over halfway.
 my @replicas = map { cluster_replica_of($c, $_) } cluster_masters($c);
-my $failover = join('; ', map { "redis-cli -p $_ CLUSTER FAILOVER >/dev/null" } grep { defined } @replicas);
+my $failover = join('; ', map { "$REDIS_CLI -p $_ CLUSTER FAILOVER >/dev/null" } grep { defined } @replicas);
 my $ok = run_load($node, RWLOCK_URL => $url, FAILOVER_CMD => $failover,
 	DURATION => '12', SESSIONS => '6', MIN_RATE => '20');
 ok($ok, 'load.py over the cluster, ' . scalar(grep { defined } @replicas)

@@ -22,7 +22,7 @@ my $node = new_node('qload', port => $r[0], preload => 1, lease => '3s',
 sleep 4.5;    # the masters count once up for rwlock.quorum_max_lease
 my $ok = run_load($node,
 	RWLOCK_URL => $url,
-	FAILOVER_CMD => "redis-cli -p $r[1] SHUTDOWN NOSAVE >/dev/null 2>&1",
+	FAILOVER_CMD => "$REDIS_CLI -p $r[1] SHUTDOWN NOSAVE >/dev/null 2>&1",
 	DURATION => '12',
 	SESSIONS => '6',
 	MIN_RATE => '20');

@@ -96,7 +96,7 @@ is($out, '520', 'b) one session takes 520 locks (the first 520 slots)');
 is($out, '5', 'b) another takes 5 locks after them');
 # Overwritten keys: every renewal of those 520 is an error reply (WRONGTYPE).
 my $cmds = join '', map { "SET tap_starve:{p$_} poison\n" } 1 .. 520;
-IPC::Run::run([ 'redis-cli', '-p', $port ], '<', \$cmds, '>', \my $sink);
+IPC::Run::run([ $REDIS_CLI, '-p', $port ], '<', \$cmds, '>', \my $sink);
 is(redis_cli($port, 'TYPE', 'tap_starve:{p520}'), 'string',
 	'b) the 520 locks\' keys are overwritten');
 

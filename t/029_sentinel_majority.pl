@@ -28,7 +28,7 @@ redis_cli($secret, 'CONFIG', 'SET', 'requirepass', 'pw-for-master');
 # Without the password again before RwlockTest's END shuts it down.
 END
 {
-	IPC::Run::run([ 'redis-cli', '--no-auth-warning', '-a', 'pw-for-master',
+	IPC::Run::run([ $REDIS_CLI, '--no-auth-warning', '-a', 'pw-for-master',
 		'-p', $secret, 'CONFIG', 'SET', 'requirepass', '' ], '>', '/dev/null',
 		'2>', '/dev/null') if $secret;
 }

@@ -99,16 +99,13 @@ sub late_answer
 }
 
 # docs/connecting.md's line, for this test's key prefix: user noid.
-my ($line) = slurp_file("$FindBin::RealBin/../docs/connecting.md")
-  =~ /^\s*(ACL SETUSER rwlock .*)$/m;
-ok($line, "docs/connecting.md's ACL SETUSER line");
-$line =~ s/rwlock:\*/$prefix:*/g;
-$line =~ s/>\S+/>pw/;
-$line =~ s/^ACL SETUSER rwlock /ACL SETUSER noid /;
-unlike($line, qr/\+client\|(id|kill)|\+@(all|admin|dangerous)/,
+# (tools/acl_line.py reads it)
+my @line = acl_setuser_args(user => 'noid', prefix => $prefix, password => 'pw');
+is("@line[0 .. 2]", 'ACL SETUSER noid', "docs/connecting.md's ACL SETUSER line");
+unlike("@line", qr/\+client\|(id|kill)|\+@(all|admin|dangerous)/,
 	'... grants no right over other clients');
-is(redis_cli($port, split / /, $line), 'OK', 'user noid on the single Redis');
-is(redis_cli($_, split(/ /, $line), '+info'), 'OK', "user noid (and +info) on member $_")
+is(redis_cli($port, @line), 'OK', 'user noid on the single Redis');
+is(redis_cli($_, @line, '+info'), 'OK', "user noid (and +info) on member $_")
   for @q;
 
 sleep 6 - (time - $qstarted) if time - $qstarted < 6;

@@ -62,7 +62,7 @@ sub cluster_start
 	my $c = { ports => \@ports, cli => $o{tls} ? \&tls_cli : \&redis_cli };
 	my @cli = $o{tls} ? tls_cli_args() : ();
 	my $out = '';
-	IPC::Run::run([ 'redis-cli', @cli, '--cluster', 'create',
+	IPC::Run::run([ $REDIS_CLI, @cli, '--cluster', 'create',
 			(map { "127.0.0.1:$_" } @ports), '--cluster-replicas', $replicas, '--cluster-yes' ],
 		'>', \$out, '2>&1') or die "redis-cli --cluster create failed:\n$out";
 	cluster_wait_ok($c, 30) or die "the cluster did not settle";

@@ -74,7 +74,7 @@ sentinel failover-timeout $name 4000
 sentinel parallel-syncs $name 2
 EOC
 		close $fh;
-		system('redis-server', "$dir/sentinel.conf", '--sentinel') == 0
+		system($REDIS_SERVER, "$dir/sentinel.conf", '--sentinel') == 0
 		  or die "sentinel failed to start on $s";
 		wait_ping($s);
 		push @sentinels_started, $s;

@@ -14,11 +14,48 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-our @EXPORT = qw(redis_start redis_spawn redis_stop redis_cli new_node session sq
+our @EXPORT = qw($REDIS_SERVER $REDIS_CLI acl_setuser_args redis_start redis_spawn redis_stop redis_cli new_node session sq
   wait_until elapsed_since lock_state keeper_pid
   sq_send sq_poll sq_wait sqlstate redis_pid redis_holders redis_mode_of
   session_owner session_pid backend_gone strip_location
   redis_sigstop redis_sigcont redis_answers run_load);
+
+# The server binary and its client: RWLOCK_REDIS_SERVER (default
+# redis-server; valkey-server for test/run.sh's Valkey pass) and
+# RWLOCK_REDIS_CLI (default: the server's name with -cli for -server), as
+# tools/redis.sh has them.
+our $REDIS_SERVER = $ENV{RWLOCK_REDIS_SERVER} || 'redis-server';
+our $REDIS_CLI = $ENV{RWLOCK_REDIS_CLI} || ($REDIS_SERVER =~ s/-server$/-cli/r);
+
+# RWLOCK_TEST_ACL=1: the SQL sessions and keepers of the nodes new_node()
+# makes reach Redis as docs/connecting.md's least-privilege user, as CI runs
+# the waits, deadlock and statistics tests (test/run.sh): every plain Redis
+# a test starts gets that ACL SETUSER line as documented (tools/acl_line.py,
+# the one parser of it), with a password of this run, its key and channel
+# patterns for any prefix (~*:* &*:*: the tests use several) and the extra
+# rights the document's topology table names (a quorum's masters +info, a
+# Cluster's nodes +cluster|slots +asking); each node's password file
+# (rwlock.password_file, in its data directory) gives that user and
+# password, its URLs none. The tests' own redis-cli and the clients they
+# run stay the default user.
+our $ACL = $ENV{RWLOCK_TEST_ACL} ? 1 : 0;
+our $ACL_PASSWORD = join '', map { sprintf '%02x', int(rand(256)) } 1 .. 16;
+my %acl_extra;    # port => the extra rights its user was given (restarts)
+
+# docs/connecting.md's ACL SETUSER command, as a list, from
+# tools/acl_line.py (the one parser of it). Options: user (default rwlock),
+# password (default this run's), prefix (the key prefix its key and
+# channel patterns are for; default *, any), extra (rights added).
+sub acl_setuser_args
+{
+	my (%o) = @_;
+	my $out = '';
+	IPC::Run::run([ 'python3', "$FindBin::RealBin/../tools/acl_line.py",
+			'--user', $o{user} // 'rwlock', '--prefix', $o{prefix} // '*',
+			'--password', $o{password} // $ACL_PASSWORD, @{ $o{extra} // [] } ],
+		'>', \$out) or die "tools/acl_line.py failed";
+	return split /\n/, $out;
+}
 
 # The suite may run under `PGOPTIONS=... make installcheck`; its clusters
 # get their settings from postgresql.conf only.
@@ -80,11 +117,11 @@ sub redis_spawn
 	my $dir = $o{dir} // "$PostgreSQL::Test::Utils::tmp_check/redis$port";
 	mkdir $dir;
 	my @listen = $o{tls} ? ('--port', '0', '--tls-port', $port) : ('--port', $port);
-	system('redis-server', @listen, '--bind', '127.0.0.1',
+	system($REDIS_SERVER, @listen, '--bind', '127.0.0.1',
 		'--save', '', '--appendonly', 'no', '--dir', $dir,
 		'--daemonize', 'yes', '--pidfile', "$dir/redis.pid",
 		'--logfile', "$dir/redis.log", @{ $o{args} // [] }) == 0
-	  or die "redis-server failed to start on port $port";
+	  or die "$REDIS_SERVER failed to start on port $port";
 	my $ready = $o{ready} // ($o{tls}
 		? sub { -s "$dir/redis.pid" && !port_free($_[0]) }
 		: sub { redis_cli($_[0], 'PING') eq 'PONG' });
@@ -97,11 +134,20 @@ sub redis_spawn
 				$by_signal{$port} = slurp_file("$dir/redis.pid") + 0;
 			}
 			else { $started{$port} = 1; }
+			if ($ACL && !$o{tls})
+			{
+				my @args = @{ $o{args} // [] };
+				$acl_extra{$port} = $o{acl_extra} // $acl_extra{$port}
+				  // ((grep { $_ eq '--cluster-enabled' } @args)
+					? [ '+cluster|slots', '+asking' ] : []);
+				my $ok = redis_cli($port, acl_setuser_args(extra => $acl_extra{$port}));
+				die "ACL SETUSER on port $port: $ok" unless $ok eq 'OK';
+			}
 			return $port;
 		}
 		sleep 0.05;
 	}
-	die "redis-server on port $port did not answer";
+	die "$REDIS_SERVER on port $port did not answer";
 }
 
 # Start a plain Redis (again, on the same port if given); returns its port.
@@ -123,14 +169,14 @@ sub redis_stop
 		return if port_free($port) && redis_cli($port, 'PING') ne 'PONG';
 		sleep 0.05;
 	}
-	die "redis-server on port $port did not stop";
+	die "$REDIS_SERVER on port $port did not stop";
 }
 
 sub redis_cli
 {
 	my ($port, @args) = @_;
 	my $out = '';
-	IPC::Run::run([ 'redis-cli', '-p', $port, @args ],
+	IPC::Run::run([ $REDIS_CLI, '-p', $port, @args ],
 		'>', \$out, '2>', \my $err);
 	chomp $out;
 	return $out;
@@ -153,6 +199,14 @@ log_min_messages = log
 	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'rwlock'\n")
 	  if $opt{preload};
 	$node->append_conf('postgresql.conf', $opt{conf}) if $opt{conf};
+	if ($ACL)
+	{
+		# docs/connecting.md's password file: mode 0600, the server's
+		my $file = $node->data_dir . '/rwlock.pass';
+		append_to_file($file, "# host:port:user:password\n*:*:rwlock:$ACL_PASSWORD\n");
+		chmod 0600, $file;
+		$node->append_conf('postgresql.conf', "rwlock.password_file = 'rwlock.pass'\n");
+	}
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION rwlock');
 	return $node;

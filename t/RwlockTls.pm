@@ -78,7 +78,7 @@ sub tls_cli_args
 sub tls_cli
 {
 	my ($port, @args) = @_;
-	IPC::Run::run([ 'redis-cli', tls_cli_args(), '-p', $port, @args ],
+	IPC::Run::run([ $REDIS_CLI, tls_cli_args(), '-p', $port, @args ],
 		'>', \my $out, '2>', \my $err);
 	chomp $out;
 	return $out;

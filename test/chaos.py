@@ -165,7 +165,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import faultproxy  # noqa: E402
-from rwtest import RedisCluster, RedisSentinel, RedisServer  # noqa: E402
+from rwtest import REDIS_CLI, RedisCluster, RedisSentinel, RedisServer  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import acl_line  # noqa: E402
 
 LOCK = "c"
 KEY = "rwlock:{c}"             # the lock's hash (default rwlock.key_prefix)
@@ -881,16 +884,13 @@ class Topology:
 
 
 def acl_user(extra):
-    """docs/connecting.md's ACL SETUSER line (its default key prefix, that
-    of chaos.py's keys), a new password in place of the example's, and the
-    rights its topology table adds (extra). Returns (argv, user, password)."""
-    with open(os.path.join(ROOT, "docs", "connecting.md")) as f:
-        m = re.search(r"^\s*(ACL SETUSER rwlock .*)$", f.read(), re.M)
-    if not m:
-        raise RuntimeError("docs/connecting.md has no ACL SETUSER rwlock line")
+    """docs/connecting.md's ACL SETUSER line (tools/acl_line.py: its default
+    key prefix, that of chaos.py's keys), a new password in place of the
+    example's, and the rights its topology table adds (extra). Returns
+    (argv, user, password)."""
     password = secrets.token_hex(16)
-    argv = [">" + password if a.startswith(">") else a for a in m.group(1).split()]
-    return argv + list(extra), argv[2], password
+    argv = acl_line.setuser_args(password=password, extra=extra)
+    return argv, argv[2], password
 
 
 def wait_for(what, ok, timeout=20):
@@ -1078,9 +1078,10 @@ def run(topo, args):
               % (time.time() - now_ms() / 1000.0, path), flush=True)
         for port in ports:
             monitors.append(subprocess.Popen(
-                ["bash", "-c", "while :; do redis-cli -p %d monitor; "
-                 "redis-cli -p %d ping >/dev/null 2>&1 || break; sleep 0.01; done | "
-                 "grep --line-buffered -F '{c}' > %s.%d" % (port, port, path, port)],
+                ["bash", "-c", "while :; do %s -p %d monitor; "
+                 "%s -p %d ping >/dev/null 2>&1 || break; sleep 0.01; done | "
+                 "grep --line-buffered -F '{c}' > %s.%d"
+                 % (REDIS_CLI, port, REDIS_CLI, port, path, port)],
                 start_new_session=True))
     if args.kinds:
         proxy.start_cutting()

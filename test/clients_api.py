@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 sys.path.insert(0, HERE)
 import rwlock_client as rw  # noqa: E402
 from rwlock_client.aio import AsyncClient  # noqa: E402
-from rwtest import RedisCluster, RedisServer, free_port  # noqa: E402
+from rwtest import REDIS_SERVER, RedisCluster, RedisServer, free_port  # noqa: E402
 
 
 class Results:
@@ -410,7 +410,7 @@ def sentinel(port, master_port, d):
     with open(conf, "w") as f:
         f.write("port %d\nbind 127.0.0.1\ndir %s\n"
                 "sentinel monitor mymaster 127.0.0.1 %d 1\n" % (port, d, master_port))
-    p = subprocess.Popen(["redis-server", conf, "--sentinel"],
+    p = subprocess.Popen([REDIS_SERVER, conf, "--sentinel"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     s = redis.Redis(port=port)
     for _ in range(100):

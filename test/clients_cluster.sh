@@ -19,9 +19,9 @@ for p in $PORTS; do
   redis_start "$p" "$D/$p" --cluster-enabled yes --cluster-config-file "$D/$p/nodes.conf"
   nodes="$nodes 127.0.0.1:$p"
 done
-redis-cli --cluster create $nodes --cluster-yes >/dev/null
+"$REDIS_CLI" --cluster create $nodes --cluster-yes >/dev/null
 for _ in $(seq 100); do
-  redis-cli -p "$P0" cluster info | grep -q 'cluster_state:ok' && break
+  "$REDIS_CLI" -p "$P0" cluster info | grep -q 'cluster_state:ok' && break
   sleep 0.1
 done
 out=$( { /usr/bin/python3 - "$P0" <<'PY'

@@ -17,7 +17,6 @@ measured hand-off latencies; exits non-zero on a failure.
 """
 import asyncio
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -63,10 +62,11 @@ def python_only(srv, res):
 
 def acl_line():
     """The arguments of the least-privilege ACL line of docs/connecting.md,
-    as documented ("ACL SETUSER rwlock on >s3cret ...")."""
-    with open(os.path.join(ROOT, "docs", "connecting.md")) as f:
-        m = re.search(r"^\s*ACL SETUSER rwlock (.*)$", f.read(), re.M)
-    return m.group(1).split()
+    as documented ("ACL SETUSER rwlock on >s3cret ...", read by
+    tools/acl_line.py), after the user name."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import acl_line as doc
+    return doc.setuser_args()[3:]
 
 
 def least_privilege(r, res):
@@ -245,7 +245,7 @@ def main():
     srv = RedisServer(int(os.environ.get("RWLOCK_CROSS_REDIS_PORT", "6392")),
                       prefix="rwlock-cross-")
     try:
-        passed, failed, _ = run_clients(["python", "python-async"], srv)
+        passed, failed, _ = run_clients(["python", "python-async"], srv, acl=True)
         res = Results("python")
         python_only(srv, res)
     finally:

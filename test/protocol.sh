@@ -33,12 +33,12 @@ run() {
   case $s in
     acquire|release|renew|fence)
       local o=$1; shift
-      redis-cli -p "$PORT" --eval "lua/$s.lua" $K , "$v" "$o" "$(seqarg "$s")" "$@" ;;
-    *) redis-cli -p "$PORT" --eval "lua/$s.lua" $K , "$v" "$@" ;;
+      "$REDIS_CLI" -p "$PORT" --eval "lua/$s.lua" $K , "$v" "$o" "$(seqarg "$s")" "$@" ;;
+    *) "$REDIS_CLI" -p "$PORT" --eval "lua/$s.lua" $K , "$v" "$@" ;;
   esac | tr '\n' ' ' | sed 's/ $//'
 }
 # raw SCRIPT ARGS...: as sent, no seq added (stale requests, by hand).
-raw() { local s=$1; shift; redis-cli -p "$PORT" --eval "lua/$s.lua" $K , "$@" | tr '\n' ' ' | sed 's/ $//'; }
+raw() { local s=$1; shift; "$REDIS_CLI" -p "$PORT" --eval "lua/$s.lua" $K , "$@" | tr '\n' ' ' | sed 's/ $//'; }
 # Every call below passes the version first: "$V".
 check() {  # description, expected (shell glob), actual
   if [[ "$3" == $2 ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1: expected '$2', got '$3'"; fi
@@ -47,10 +47,10 @@ check() {  # description, expected (shell glob), actual
 # listen: record the messages published on the lock's channels: rw:{a}:c
 # (waiting readers) and rw:{a}:c:<owner> (a waiting writer).
 listen() {
-  redis-cli -p "$PORT" --csv PSUBSCRIBE 'rw:{a}:c*' >"$DIR/sub.out" 2>/dev/null &
+  "$REDIS_CLI" -p "$PORT" --csv PSUBSCRIBE 'rw:{a}:c*' >"$DIR/sub.out" 2>/dev/null &
   SUB=$!
   for _ in $(seq 100); do
-    [ "$(redis-cli -p "$PORT" pubsub numpat)" = 1 ] && return
+    [ "$("$REDIS_CLI" -p "$PORT" pubsub numpat)" = 1 ] && return
     sleep 0.02
   done
 }
@@ -68,14 +68,14 @@ batch() {
   local c out=()
   for c in "$@"; do
     set -- $c
-    local sha; sha=$(redis-cli -p "$PORT" script load "$(cat "lua/$1.lua")")
+    local sha; sha=$("$REDIS_CLI" -p "$PORT" script load "$(cat "lua/$1.lua")")
     local script=$1 owner=$2
     shift 2
     out+=("EVALSHA $sha 2 $K $V $owner $(seqarg "$script") $*")
   done
-  printf '%s\n' "${out[@]}" | redis-cli -p "$PORT" --csv | tr ',' ' ' | tr -d '"'
+  printf '%s\n' "${out[@]}" | "$REDIS_CLI" -p "$PORT" --csv | tr ',' ' ' | tr -d '"'
 }
-publishes() { redis-cli -p "$PORT" info commandstats | tr -d '\r' | sed -n 's/^cmdstat_publish:calls=\([0-9]*\),.*/\1/p'; }
+publishes() { "$REDIS_CLI" -p "$PORT" info commandstats | tr -d '\r' | sed -n 's/^cmdstat_publish:calls=\([0-9]*\),.*/\1/p'; }
 
 check "reader granted, token 0"          "0"        "$(run acquire $V o1 r 30000 2000 600000)"
 check "writer busy behind reader"        "-*"        "$(run acquire $V o2 w 30000 2000 600000)"
@@ -89,7 +89,7 @@ check "info after downgrade"             "read $tok1  0 o1 * o2 *" "$(run info $
 check "withdraw intent"                  "1"          "$(run release $V o2 q 0 600000)"
 check "release"                          "1"          "$(run release $V o1 '' 0 600000)"
 check "release again: not held"          "0"          "$(run release $V o1 '' 0 600000)"
-check "free lock keeps only the token"   "rw:{a}"     "$(redis-cli -p "$PORT" keys '*' | tr '\n' ' ' | sed 's/ $//')"
+check "free lock keeps only the token"   "rw:{a}"     "$("$REDIS_CLI" -p "$PORT" keys '*' | tr '\n' ' ' | sed 's/ $//')"
 tok2=$(run acquire $V o2 w 30000 0 600000)
 check "tokens strictly increase"         "yes"        "$([ "$tok2" -gt "$tok1" ] && echo yes || echo "no $tok1 $tok2")"
 check "reader sees last write token"     "-*"        "$(run acquire $V o3 r 30000 0 600000)"
@@ -129,7 +129,7 @@ run acquire $V s1 r 30000 0 600000 >/dev/null
 check "writer waits for reader"          "-*"        "$(run acquire $V s2 w 30000 2000 600000)"
 check "new reader waits behind intent"   "-*"        "$(run acquire $V s3 r 30000 2000 600000)"
 check "writer gives up"                  "1"          "$(run release $V s2 q 0 600000)"
-check "the reader's mark goes with it"   ""           "$(redis-cli -p "$PORT" hget 'rw:{a}' rw)"
+check "the reader's mark goes with it"   ""           "$("$REDIS_CLI" -p "$PORT" hget 'rw:{a}' rw)"
 check "the reader gets in"               "[0-9]*"        "$(run acquire $V s3 r 30000 2000 600000)"
 run release $V s3 '' 0 600000 >/dev/null; run release $V s1 '' 0 600000 >/dev/null
 run acquire $V s4 w 30000 0 600000 >/dev/null; run release $V s4 '' 0 600000 >/dev/null
@@ -138,18 +138,18 @@ run release $V s5 '' 0 600000 >/dev/null
 check "reader waits for a writer"        "[0-9]*|-*"    "$(batch "acquire e1 w 500 0 600000" "acquire e2 r 30000 2000 600000" | paste -sd'|')"
 sleep 0.6
 check "writer's lease ran out: reader in" "[0-9]*"       "$(run acquire $V e2 r 30000 2000 600000)"
-check "and its mark is gone"             ""           "$(redis-cli -p "$PORT" hget 'rw:{a}' rw)"
+check "and its mark is gone"             ""           "$("$REDIS_CLI" -p "$PORT" hget 'rw:{a}' rw)"
 run release $V e2 '' 0 600000 >/dev/null
 run acquire $V d1 w 30000 0 600000 >/dev/null
-redis-cli -p "$PORT" pexpire 'rw:{a}' 5000 >/dev/null   # as if renewed long ago:
-redis-cli -p "$PORT" hset 'rw:{a}' x "$(( $(redis-cli -p "$PORT" time | head -1) * 1000 + 5000 ))" >/dev/null
+"$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 5000 >/dev/null   # as if renewed long ago:
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' x "$(( $("$REDIS_CLI" -p "$PORT" time | head -1) * 1000 + 5000 ))" >/dev/null
 check "downgrade with a long lease"      "1"          "$(run release $V d1 r 90000 1000)"
-check "hash outlives the kept read lock" "yes"        "$([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 90000 ] && echo yes || echo no)"
+check "hash outlives the kept read lock" "yes"        "$([ "$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}')" -gt 90000 ] && echo yes || echo no)"
 run release $V d1 '' 0 600000 >/dev/null
 
 # ---- hand-offs: who is told, and only when someone may proceed ----
-redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
-redis-cli -p "$PORT" config resetstat >/dev/null
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" config resetstat >/dev/null
 listen
 run acquire $V n1 w 30000 2000 600000 >/dev/null; run release $V n1 '' 0 600000 >/dev/null
 run acquire $V n1 r 30000 2000 600000 >/dev/null; run acquire $V n2 r 30000 2000 600000 >/dev/null
@@ -174,7 +174,7 @@ check "a writer that never waited neither" "-*"      "$(run acquire $V h9 w 3000
 check "a new reader waits behind them"   "-*"        "$(run acquire $V h8 r 30000 0 600000)"
 t1=$(run acquire $V h1 w 30000 2000 600000)
 check "the named writer gets it"         "yes"        "$([ "$t1" -gt "$tok2" ] && echo yes || echo "no $t1")"
-check "the token is stored exactly"      "$t1"        "$(redis-cli -p "$PORT" hget 'rw:{a}' f)"
+check "the token is stored exactly"      "$t1"        "$("$REDIS_CLI" -p "$PORT" hget 'rw:{a}' f)"
 # the named writer gives up before taking it: the next one is told at once
 listen
 run release $V h1 '' 0 600000 >/dev/null
@@ -182,7 +182,7 @@ run release $V h2 q 0 600000 >/dev/null
 check "named writer cancelled: next told" "w:h2 w:h3"  "$(heard)"
 t3=$(run acquire $V h3 w 30000 2000 600000)
 check "and it gets the lock"             "yes"        "$([ "$t3" -gt "$t1" ] && echo yes || echo "no $t3")"
-check "the queue is gone with its last writer" "0"    "$(redis-cli -p "$PORT" exists 'rw:{a}:q')"
+check "the queue is gone with its last writer" "0"    "$("$REDIS_CLI" -p "$PORT" exists 'rw:{a}:q')"
 # waiting readers are let through together; the next writer learns of their turn
 listen
 check "reader 1 waits"                   "-*"        "$(run acquire $V g1 r 30000 2000 600000)"
@@ -231,12 +231,12 @@ check "writer waits for two readers"     "-*"        "$(run acquire $V x3 w 3000
 run release $V x2 '' 0 600000 >/dev/null
 sleep 0.35
 check "the other reader's lease ran out" "[0-9]*"        "$(run acquire $V x3 w 30000 0 600000)"
-check "its field is gone"                "0"          "$(redis-cli -p "$PORT" hexists 'rw:{a}' 'r:x1')"
+check "its field is gone"                "0"          "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' 'r:x1')"
 run release $V x3 '' 0 600000 >/dev/null
 # ---- leases, TTLs and tokens ----
-redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 ta=$(run acquire $V l1 w 5000 0 600000)
-pttl() { redis-cli -p "$PORT" pttl 'rw:{a}'; }
+pttl() { "$REDIS_CLI" -p "$PORT" pttl 'rw:{a}'; }
 check "a writer's lease is the hash's TTL" "yes"      "$(p=$(pttl); [ "$p" -le 5000 ] && [ "$p" -gt 4000 ] && echo yes || echo "no $p")"
 check "renewal sets it again"            "1"          "$(run renew $V l1 8000 600000)"
 check "  to the new lease"               "yes"        "$(p=$(pttl); [ "$p" -le 8000 ] && [ "$p" -gt 7000 ] && echo yes || echo "no $p")"
@@ -261,13 +261,13 @@ check "a reader's lapsed lease: release says lost" "0" "$(run release $V l6 '' 0
 # A token is max(last + 1, TIME in µs): a last token from the future counts
 # on by one; one from the past (a failover lost the grants after it) gives
 # way to the clock, in the fast path and in the general one.
-redis-cli -p "$PORT" hset 'rw:{a}' f 4000000000000000 >/dev/null
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' f 4000000000000000 >/dev/null
 check "a last token ahead of the clock counts on" "4000000000000001" "$(run acquire $V t1 w 30000 0 600000)"
 run release $V t1 '' 0 600000 >/dev/null
-redis-cli -p "$PORT" hset 'rw:{a}' f 1000 >/dev/null
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' f 1000 >/dev/null
 check "a last token behind the clock: from the clock" "yes" "$(t=$(run acquire $V t2 w 30000 0 600000); [ "$t" -gt "$tc" ] && echo yes || echo "no $t")"
 run release $V t2 '' 0 600000 >/dev/null
-redis-cli -p "$PORT" hset 'rw:{a}' f 1000 >/dev/null
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' f 1000 >/dev/null
 run acquire $V t3 r 30000 0 600000 >/dev/null
 check "  and in the general path (an upgrade)" "yes" "$(t=$(run acquire $V t3 w 30000 0 600000 r); [ "$t" -gt "$tc" ] && echo yes || echo "no $t")"
 run release $V t3 '' 0 600000 >/dev/null
@@ -280,11 +280,11 @@ run acquire $V g2 r 30000 0 600000 >/dev/null
 check "without ARGV[7] a leftover read is an upgrade: waits" "-*" "$(run acquire $V g1 w 30000 2000 600000)"
 check "  and the second is a conflict"   "g1"         "$(run acquire $V g2 w 30000 2000 600000)"
 check "with \"-\" the leftover read is dropped: busy behind g2's read" "-*" "$(run acquire $V g1 w 30000 2000 600000 -)"
-check "  g1's reader field is gone"      "0"          "$(redis-cli -p "$PORT" hexists 'rw:{a}' r:g1)"
+check "  g1's reader field is gone"      "0"          "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' r:g1)"
 check "  g2 with \"-\": no conflict, busy behind g1's intent" "-*" "$(run acquire $V g2 w 30000 2000 600000 -)"
-check "  no reader is left"              "0"          "$(redis-cli -p "$PORT" hexists 'rw:{a}' r:g2)"
+check "  no reader is left"              "0"          "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' r:g2)"
 check "  g1, first in the queue, is granted" "[0-9]*" "$(run acquire $V g1 w 30000 2000 600000 -)"
-check "an upgrade (\"r\") still holds only the write lock after" "0" "$(run release $V g1 '' 0 600000 >/dev/null; run acquire $V g3 r 30000 0 600000 >/dev/null; run acquire $V g3 w 30000 0 600000 r >/dev/null; redis-cli -p "$PORT" hexists 'rw:{a}' r:g3)"
+check "an upgrade (\"r\") still holds only the write lock after" "0" "$(run release $V g1 '' 0 600000 >/dev/null; run acquire $V g3 r 30000 0 600000 >/dev/null; run acquire $V g3 w 30000 0 600000 r >/dev/null; "$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' r:g3)"
 run release $V g3 '' 0 600000 >/dev/null
 run release $V g2 q 0 600000 >/dev/null
 
@@ -292,24 +292,24 @@ run release $V g2 q 0 600000 >/dev/null
 # it (a release a failover lost: F3 of verify/FINDINGS.md) is dropped when
 # the caller says "-": a write is granted anew with a larger token, a read
 # gets a hash that lives as long as its own lease, not the old writer's.
-redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
-redis-cli -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
-redis-cli -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
+"$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
 check "a left-over writer field, \"-\" write: a new, larger token" "yes" "$(t=$(run acquire $V s1 w 30000 0 600000 -); [ "$t" -gt 100 ] && echo yes || echo "no $t")"
-check "  its lease is the hash's TTL"  "yes"       "$(t=$(redis-cli -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 20000 ] && echo yes || echo "no $t")"
-redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
-redis-cli -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
-redis-cli -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
+check "  its lease is the hash's TTL"  "yes"       "$(t=$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 20000 ] && echo yes || echo "no $t")"
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
+"$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
 check "a left-over writer field, \"-\" read: granted, the last token" "100" "$(run acquire $V s1 r 30000 0 600000 -)"
-check "  the writer field is gone"     "0"         "$(redis-cli -p "$PORT" hexists 'rw:{a}' w)"
-check "  the hash outlives the read's lease, not the old writer's" "yes" "$(t=$(redis-cli -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 30000 ] && echo yes || echo "no $t")"
+check "  the writer field is gone"     "0"         "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' w)"
+check "  the hash outlives the read's lease, not the old writer's" "yes" "$(t=$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 30000 ] && echo yes || echo "no $t")"
 check "  another writer is busy behind the read" "-*" "$(run acquire $V s2 w 30000 0 600000 -)"
-redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 
 # F2 of verify/FINDINGS.md: the "-" clean-up of a left-over reader field that
 # frees the lock for a queued writer tells that writer, as the release Redis
 # lost would have; a clean-up that frees nothing tells nobody.
-redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 run acquire $V p1 r 30000 0 600000 >/dev/null
 check "F2: a writer waits behind a reader" "-*" "$(run acquire $V p2 w 30000 2000 600000 -)"
 listen
@@ -327,7 +327,7 @@ check "  a clean-up that leaves a reader tells nobody" "" "$(heard)"
 run release $V p3 '' 0 600000 >/dev/null
 run release $V p2 q 0 600000 >/dev/null
 run release $V p1 q 0 600000 >/dev/null
-redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 # F2-failover: a writer field left over (its release lost by a failover)
 # that readers wait behind; its owner, holding nothing, asks "-" for a read:
 # the clean-up drops the field, the read is granted, and the waiting
@@ -340,26 +340,26 @@ check "  the waiting readers are told" "r" "$(heard)"
 check "  and the reader is granted"    "[0-9]*" "$(run acquire $V p2 r 30000 2000 600000 -)"
 run release $V p1 '' 0 600000 >/dev/null
 run release $V p2 '' 0 600000 >/dev/null
-redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 
-hf() { redis-cli -p "$PORT" hget 'rw:{a}' "$1"; }
-zs() { redis-cli -p "$PORT" zscore 'rw:{a}:q' "$1"; }
-fresh() { redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null; }
+hf() { "$REDIS_CLI" -p "$PORT" hget 'rw:{a}' "$1"; }
+zs() { "$REDIS_CLI" -p "$PORT" zscore 'rw:{a}:q' "$1"; }
+fresh() { "$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null; }
 
 
 # (27.7) An upgrade ("r") whose read lock Redis no longer has answers "" and
 # changes nothing: the caller's read was lost, never silently upgraded.
 fresh
 run acquire $V u1 r 30000 0 600000 >/dev/null
-redis-cli -p "$PORT" hdel 'rw:{a}' r:u1 n rm >/dev/null        # lost (evicted, say)
+"$REDIS_CLI" -p "$PORT" hdel 'rw:{a}' r:u1 n rm >/dev/null        # lost (evicted, say)
 check "upgrade of a lost read, free lock: the answer is \"\"" "" "$(run acquire $V u1 w 30000 2000 600000 r)"
-check "  and nothing was granted"        "0"          "$(redis-cli -p "$PORT" hexists 'rw:{a}' w)"
+check "  and nothing was granted"        "0"          "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' w)"
 check "  holding nothing (\"-\") it is granted" "[0-9]*" "$(run acquire $V u1 w 30000 2000 600000 -)"
 run release $V u1 '' 0 600000 >/dev/null
 run acquire $V u2 r 30000 0 600000 >/dev/null; run acquire $V u3 r 30000 0 600000 >/dev/null
-redis-cli -p "$PORT" hdel 'rw:{a}' r:u2 >/dev/null
+"$REDIS_CLI" -p "$PORT" hdel 'rw:{a}' r:u2 >/dev/null
 check "upgrade of a lost read beside another reader: \"\"" "" "$(run acquire $V u2 w 30000 2000 600000 r)"
-check "  and no intent, no upgrader left" "0 0"       "$(redis-cli -p "$PORT" hexists 'rw:{a}' i:u2) $(redis-cli -p "$PORT" hexists 'rw:{a}' u)"
+check "  and no intent, no upgrader left" "0 0"       "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' i:u2) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' u)"
 run acquire $V u4 r 200 0 600000 >/dev/null
 sleep 0.3
 check "upgrade of a lapsed read: \"\""   ""           "$(run acquire $V u4 w 30000 2000 600000 r)"
@@ -401,7 +401,7 @@ fresh
 run acquire $V q0 w 30000 0 600000 >/dev/null
 run acquire $V q1 w 30000 300 600000 >/dev/null       # a short intent
 sleep 0.4
-check "the lapsed intent outlived the queue key" "0 1" "$(redis-cli -p "$PORT" exists 'rw:{a}:q') $(redis-cli -p "$PORT" hexists 'rw:{a}' i:q1)"
+check "the lapsed intent outlived the queue key" "0 1" "$("$REDIS_CLI" -p "$PORT" exists 'rw:{a}:q') $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' i:q1)"
 check "a writer arrives meanwhile"       "-*"         "$(run acquire $V q2 w 30000 2000 600000)"
 check "the lapsed writer tries again: busy" "-*"      "$(run acquire $V q1 w 30000 2000 600000)"
 check "  and is in the queue, behind it" "write * q0 * q2 * q1 *" "$(run info $V)"
@@ -421,7 +421,7 @@ run acquire $V q3 w 30000 2000 600000 >/dev/null
 s3=$(zs q3)
 run acquire $V q3 w 30000 2000 600000 >/dev/null
 check "a live intent keeps its place"    "$s3"        "$(zs q3)"
-redis-cli -p "$PORT" del 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}:q' >/dev/null
 run acquire $V q3 w 30000 2000 600000 >/dev/null
 check "  and is back in the queue when the queue key is gone" "[0-9]*" "$(zs q3)"
 run release $V q3 q 0 600000 >/dev/null; run release $V q0 '' 0 600000 >/dev/null
@@ -436,7 +436,7 @@ run acquire $V s1 w 30000 0 600000 r >/dev/null
 check "a reader waits for the writer"    "-*"         "$(run acquire $V s2 r 30000 2000 600000)"
 check "  with a mark of its own"         "yes"        "$([ "$(hf m:s2)" = "$(hf rw)" ] && [ -n "$(hf rw)" ] && echo yes || echo no)"
 check "it gives up: its mark goes"       "1"          "$(run release $V s2 q 0 600000)"
-check "  m:s2 and rw gone"               "0 0"        "$(redis-cli -p "$PORT" hexists 'rw:{a}' m:s2) $(redis-cli -p "$PORT" hexists 'rw:{a}' rw)"
+check "  m:s2 and rw gone"               "0 0"        "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' m:s2) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' rw)"
 got=$(batch "release s1 r 30000 600000" "acquire s1 w 30000 0 600000 r" | paste -sd'|')
 check "downgrade, then upgrade at once: no turn for nobody" "1|[0-9]*" "$got"
 run release $V s1 '' 0 600000 >/dev/null
@@ -455,7 +455,7 @@ got=$(batch "release s1 '' 0 600000" "acquire s5 w 30000 0 600000" \
             "acquire s3 r 30000 2000 600000" | paste -sd'|')
 check "  the writer leaves: the readers' turn is on, the reader gets in" "1|-*|[0-9]*" "$got"
 check "  the waiting reader was told"    "r"          "$(heard)"
-check "  its mark is gone"               "0"          "$(redis-cli -p "$PORT" hexists 'rw:{a}' m:s3)"
+check "  its mark is gone"               "0"          "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' m:s3)"
 run release $V s3 '' 0 600000 >/dev/null
 
 # (issue 38) Many waiting readers give up together, the latest mark first
@@ -516,7 +516,7 @@ for q in $(grep -Eo '^ *"[0-9a-f]{40}"$' docs/protocol.md | tr -d ' "'); do
 done
 
 # waits.lua and mark.lua: deadlock detection (docs/protocol.md 18).
-redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 run acquire $V d1 r 30000 0 600000 >/dev/null
 run acquire $V d2 r 30000 0 600000 >/dev/null
 run acquire $V d3 w 30000 2000 600000 >/dev/null          # waits behind d1, d2
@@ -531,24 +531,24 @@ run release $V d3 q 0 600000 >/dev/null
 check "waits: a withdrawn intent is no wait"         "0"          "$(run waits $V d3 w)"
 for o in d1 d2 d4 d5; do run release $V $o '' 0 600000 >/dev/null; done
 WK='rw:wait:{d3}'
-redis-cli -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 >/dev/null
-mark() { redis-cli -p "$PORT" --eval lua/mark.lua "$WK" , $V "$@" | tr '\n' ' ' | sed 's/ $//'; }
+"$REDIS_CLI" -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 >/dev/null
+mark() { "$REDIS_CLI" -p "$PORT" --eval lua/mark.lua "$WK" , $V "$@" | tr '\n' ' ' | sed 's/ $//'; }
 check "mark: another wait's value is not marked"     "0"          "$(mark "3 w n0 rw:{a}" "cycle")"
 check "mark: the value read is marked"               "1"          "$(mark "3 w n1 rw:{a}" "cycle")"
-check "mark: the key says so, the cycle after it"    "!3 w n1 rw:{a}*cycle" "$(redis-cli -p "$PORT" get "$WK" | tr '\n' ' ' | sed 's/ $//')"
-check "mark: the time to live is kept"               "yes"        "$([ "$(redis-cli -p "$PORT" pttl "$WK")" -gt 5000 ] && echo yes || echo no)"
-check "mark: the victim sees it in SET ... GET"      "!3 w n1 rw:{a}*" "$(redis-cli -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 get | tr '\n' ' ')"
-redis-cli -p "$PORT" del "$WK" >/dev/null
+check "mark: the key says so, the cycle after it"    "!3 w n1 rw:{a}*cycle" "$("$REDIS_CLI" -p "$PORT" get "$WK" | tr '\n' ' ' | sed 's/ $//')"
+check "mark: the time to live is kept"               "yes"        "$([ "$("$REDIS_CLI" -p "$PORT" pttl "$WK")" -gt 5000 ] && echo yes || echo no)"
+check "mark: the victim sees it in SET ... GET"      "!3 w n1 rw:{a}*" "$("$REDIS_CLI" -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 get | tr '\n' ' ')"
+"$REDIS_CLI" -p "$PORT" del "$WK" >/dev/null
 check "mark: an ended wait is not marked"            "0"          "$(mark "3 w n1 rw:{a}" "cycle")"
-check "mark: and nothing is written"                 "0"          "$(redis-cli -p "$PORT" exists "$WK")"
+check "mark: and nothing is written"                 "0"          "$("$REDIS_CLI" -p "$PORT" exists "$WK")"
 check "mark: another version is refused"             "*RWLOCK_VERSION*" "$(mark "1 w n1 rw:{a}" "cycle" 2>&1)"
 
-redis-cli -p "$PORT" hset 'rw:{a}' v 1 >/dev/null
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' v 1 >/dev/null
 check "protocol version mismatch"        "*RWLOCK_VERSION*is protocol 1*speaks 3*" "$(run acquire $V o7 w 30000 0 600000 2>&1)"
 
 # Protocol 3: a request that Redis runs after a newer one of the same owner
 # changes nothing and is answered RWLOCK_STALE (docs/protocol.md 4.1).
-hf2() { redis-cli -p "$PORT" hget 'rw:{a}' "$1"; }
+hf2() { "$REDIS_CLI" -p "$PORT" hget 'rw:{a}' "$1"; }
 fresh
 # The issue's case: S's older read request, delivered after S's write grant.
 check "stale: S is granted the write lock (seq 20)" "[0-9]*" "$(raw acquire $V S 20 w 30000 2000 600000 -)"
@@ -564,9 +564,9 @@ check "renew as of the newest request: renewed" "1"          "$(raw renew $V S 2
 check "renew as of an older one: stale"         "RWLOCK_STALE*renewal 19*" "$(raw renew $V S 19 30000 600000 2>&1)"
 check "  a renewal is not recorded"             "20"         "$(raw renew $V S 25 30000 600000 >/dev/null; hf2 s:S)"
 check "  an acquisition after it is not stale"  "[0-9]*"     "$(raw acquire $V S 21 w 30000 0 600000 -)"
-check "fence as of an older request: stale"     "RWLOCK_STALE*" "$(redis-cli -p "$PORT" --eval lua/fence.lua 'rw:{a}' , $V S 20 5 2>&1)"
+check "fence as of an older request: stale"     "RWLOCK_STALE*" "$("$REDIS_CLI" -p "$PORT" --eval lua/fence.lua 'rw:{a}' , $V S 20 5 2>&1)"
 check "S releases (seq 22)"                     "1"          "$(raw release $V S 22 '' 0 600000)"
-check "  its record stays, with the token, for keep" "22 yes" "$(hf2 s:S) $([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 590000 ] && echo yes || echo no)"
+check "  its record stays, with the token, for keep" "22 yes" "$(hf2 s:S) $([ "$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}')" -gt 590000 ] && echo yes || echo no)"
 check "  a late acquisition (seq 21) is stale"  "RWLOCK_STALE*" "$(raw acquire $V S 21 r 30000 0 600000 - 2>&1)"
 check "  and nothing is held"                   "free*"      "$(run info $V)"
 check "renew.lua of an owner without a record: 0" "0"        "$(raw renew $V Q 99 30000 600000)"
@@ -574,7 +574,7 @@ check "renew.lua of an owner without a record: 0" "0"        "$(raw renew $V Q 9
 # it leaves a record, and the acquisition arriving after it is stale.
 fresh
 check "a release where nothing is held: 0"      "0"          "$(raw release $V S 31 '' 0 600000)"
-check "  it leaves a record that lives keep"    "3 31 yes"   "$(hf2 v) $(hf2 s:S) $([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 590000 ] && echo yes || echo no)"
+check "  it leaves a record that lives keep"    "3 31 yes"   "$(hf2 v) $(hf2 s:S) $([ "$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}')" -gt 590000 ] && echo yes || echo no)"
 check "  the cut-off acquisition (seq 30) is stale" "RWLOCK_STALE*" "$(raw acquire $V S 30 w 30000 0 600000 - 2>&1)"
 check "  the lock is free for others"           "[0-9]*"     "$(raw acquire $V T 1 w 30000 0 600000 -)"
 raw release $V T 2 '' 0 600000 >/dev/null
@@ -582,7 +582,7 @@ raw release $V T 2 '' 0 600000 >/dev/null
 fresh
 raw acquire $V A 1 r 30000 0 600000 - >/dev/null; raw acquire $V B 1 r 30000 0 600000 - >/dev/null
 check "two readers leave"                       "1 1"        "$(raw release $V A 2 '' 0 600000) $(raw release $V B 2 '' 0 600000)"
-check "  their records stay, no reader count"   "2 2 0 yes"  "$(hf2 s:A) $(hf2 s:B) $(redis-cli -p "$PORT" hexists 'rw:{a}' n) $([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 590000 ] && echo yes || echo no)"
+check "  their records stay, no reader count"   "2 2 0 yes"  "$(hf2 s:A) $(hf2 s:B) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' n) $([ "$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}')" -gt 590000 ] && echo yes || echo no)"
 check "  A's late read (seq 1) is stale"        "RWLOCK_STALE*" "$(raw acquire $V A 1 r 30000 0 600000 - 2>&1)"
 check "bad seq: refused"                        "RWLOCK_ARGS*" "$(raw acquire $V A x r 30000 0 600000 - 2>&1)"
 # Records of owners who hold nothing are pruned once the hash has grown by
@@ -592,18 +592,18 @@ raw acquire $V keeper 1 r 600000 0 600000 - >/dev/null
 for i in $(seq 1 120); do
   raw acquire $V "o$i" 1 r 30000 0 600000 - >/dev/null; raw release $V "o$i" 2 '' 0 600000 >/dev/null
 done
-check "pruned: the hash stays small"            "yes"        "$([ "$(redis-cli -p "$PORT" hlen 'rw:{a}')" -lt 60 ] && echo yes || echo "no $(redis-cli -p "$PORT" hlen 'rw:{a}')")"
+check "pruned: the hash stays small"            "yes"        "$([ "$("$REDIS_CLI" -p "$PORT" hlen 'rw:{a}')" -lt 60 ] && echo yes || echo "no $("$REDIS_CLI" -p "$PORT" hlen 'rw:{a}')")"
 check "  the holder's record and read are kept" "1 1"        "$(hf2 s:keeper) $(raw renew $V keeper 1 30000 600000)"
 raw release $V keeper 2 '' 0 600000 >/dev/null
 # A free protocol 2 lock is taken over, its token kept; a held one is not.
 fresh
-redis-cli -p "$PORT" hset 'rw:{a}' v 2 f 4000000000000000 >/dev/null
-redis-cli -p "$PORT" pexpire 'rw:{a}' 60000 >/dev/null
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' v 2 f 4000000000000000 >/dev/null
+"$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 60000 >/dev/null
 check "a free protocol 2 lock is taken over"    "4000000000000001 3" "$(raw acquire $V S 1 w 30000 0 600000 -) $(hf2 v)"
 raw release $V S 2 '' 0 600000 >/dev/null
 fresh
-redis-cli -p "$PORT" hset 'rw:{a}' v 2 w P f 7 >/dev/null
-redis-cli -p "$PORT" pexpire 'rw:{a}' 60000 >/dev/null
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' v 2 w P f 7 >/dev/null
+"$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 60000 >/dev/null
 check "a held protocol 2 lock is refused"       "RWLOCK_VERSION*protocol 2*speaks 3*" "$(raw acquire $V S 3 w 30000 0 600000 - 2>&1)"
 check "  its release too"                       "RWLOCK_VERSION*" "$(raw release $V S 4 '' 0 600000 2>&1)"
 check "  and nothing changed"                   "2 P"        "$(hf2 v) $(hf2 w)"

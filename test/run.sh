@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh: every test suite. Starts a Redis on 127.0.0.1:6379 and a throw-away
 # PostgreSQL cluster (pg_virtualenv), builds and installs the extension, runs
-# pg_regress and the isolation specs through `make installcheck`, then the
+# pg_regress and the isolation specs through `make installcheck` (and again
+# on a server set up as the README says: test/installcheck_live.sh), then the
 # protocol test, the protocol model check (verify/spin.sh) and the
 # differential test of its script steps (verify/diff_scripts.py), the client packages (test/packages.sh), both clients on a
 # Redis Cluster (test/clients_cluster.sh, 6410-6412), the compliance suite
@@ -22,6 +23,9 @@
 # the model-based random test of the SQL API (test/random_api.py, its own
 # Redis on 6393 if free), the TAP suite (test/tap.sh: its own Redis
 # servers on 6382-6389, its own clusters, and pgbouncer in t/011), the
+# waits, deadlock and statistics TAP tests as docs/connecting.md's ACL user
+# (RWLOCK_TEST_ACL=1), the server matrix's Valkey pass (test/valkey.sh, its
+# own namespace), the
 # pg_regress and isolation suites again with rwlock built with ASan and UBSan
 # (verify/memcheck.sh: its own namespace, Redis and server), and the URL and
 # password-file parsers fuzzed (verify/fuzz.sh, FUZZ_SECONDS each, default 60).
@@ -38,6 +42,10 @@ pg_virtualenv -t make installcheck || { status=1; cat regression.diffs output_is
 # The keeper's regress test, where the keeper runs.
 pg_virtualenv -t -o shared_preload_libraries=rwlock make installcheck REGRESS=keeper ISOLATION= ||
   { status=1; cat regression.diffs 2>/dev/null || true; }
+# The same on a server set up as the README says: preloaded, the documented
+# ACL user (its password in a password file), a key prefix of its own; a
+# namespace of its own (its Redis is on 6379 too).
+bash tools/isolated.sh bash test/installcheck_live.sh || status=1
 bash test/protocol.sh || status=1
 # The protocol model-checked (SPIN): the configurations that must pass, the
 # findings and mutants that must be caught (the fixed findings' old forms,
@@ -55,7 +63,9 @@ fi
 bash test/packages.sh || status=1
 bash test/clients_cluster.sh || status=1
 pg_virtualenv -t /usr/bin/python3 test/cross_test.py || status=1
-pg_virtualenv -t /usr/bin/python3 test/compliance/driver.py node || status=1
+# (the compliance suite as docs/connecting.md's ACL user: cross_test.py's
+# Python agents too)
+pg_virtualenv -t /usr/bin/python3 test/compliance/driver.py --acl node || status=1
 # The clients' README examples as pasted (on the Redis at 6379 above), and a
 # Node process ending by itself after a wait.
 pg_virtualenv -t /usr/bin/python3 test/readme_examples.py || status=1
@@ -74,7 +84,17 @@ CHAOS_SENTINEL=1 pg_virtualenv -t /usr/bin/python3 test/chaos.py || status=1
 # (none is open).
 pg_virtualenv -t -o shared_preload_libraries=rwlock /usr/bin/python3 test/random_api.py \
   || status=1
-bash test/tap.sh || status=1
+# The waits, deadlock and statistics tests as docs/connecting.md's ACL user
+# (t/RwlockTest.pm), the others as Redis's default user.
+acl_tap="t/031_lock_waits.pl t/032_deadlock_servers.pl t/033_deadlock_clients.pl
+  t/034_stats_and_losses.pl t/037_deadlock_node.pl t/038_deadlock_quorum.pl"
+mapfile -t other_tap < <(ls t/*.pl | grep -vxF -f <(tr -s ' \n' '\n' <<<"$acl_tap"))
+bash test/tap.sh "${other_tap[@]}" || status=1
+# shellcheck disable=SC2086
+RWLOCK_TEST_ACL=1 bash test/tap.sh $acl_tap || status=1
+# The server matrix: the suites that depend on the server again on Valkey 8
+# (test/valkey.sh says which; about 9 min).
+bash tools/isolated.sh bash test/valkey.sh || status=1
 bash verify/memcheck.sh || status=1
 FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash verify/fuzz.sh || status=1
 exit $status

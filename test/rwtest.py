@@ -6,6 +6,7 @@ redis-server on 127.0.0.1, nothing persisted, stopped (and its directory
 removed) by stop() or at exit, whatever happens.
 """
 import atexit
+import os
 import shutil
 import socket
 import subprocess
@@ -13,6 +14,15 @@ import tempfile
 import time
 
 import redis
+
+# The server binary and its client: RWLOCK_REDIS_SERVER (default
+# redis-server; valkey-server for test/run.sh's Valkey pass) and
+# RWLOCK_REDIS_CLI (default: the server's name with -cli for -server), as
+# tools/redis.sh has them.
+REDIS_SERVER = os.environ.get("RWLOCK_REDIS_SERVER") or "redis-server"
+REDIS_CLI = os.environ.get("RWLOCK_REDIS_CLI") or (
+    REDIS_SERVER[:-len("-server")] + "-cli" if REDIS_SERVER.endswith("-server")
+    else "redis-cli")
 
 
 def free_port(first):
@@ -51,7 +61,7 @@ class RedisServer:
         self.port = first_port if exact else free_port(first_port)
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", self.dir] + list(options),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         atexit.register(self.stop)
@@ -64,7 +74,7 @@ class RedisServer:
             except redis.exceptions.ConnectionError:
                 time.sleep(0.05)
         self.stop()
-        raise RuntimeError("redis-server on port %d did not start" % self.port)
+        raise RuntimeError("%s on port %d did not start" % (REDIS_SERVER, self.port))
 
     def redis(self):
         """A client of it (redis-py)."""
@@ -102,7 +112,7 @@ class RedisCluster:
                                               *options, prefix=prefix, exact=True))
             self.ports = [n.port for n in self.nodes]
             self.port = self.ports[0]
-            subprocess.run(["redis-cli", "--cluster", "create"]
+            subprocess.run([REDIS_CLI, "--cluster", "create"]
                            + ["127.0.0.1:%d" % p for p in self.ports] + ["--cluster-yes"],
                            check=True, stdout=subprocess.DEVNULL, timeout=30)
             for n in self.nodes:
@@ -147,7 +157,7 @@ class RedisSentinel:
                     "sentinel failover-timeout %s %d\n"
                     % (self.port, self.dir, name, master_port, name, down_after,
                        name, 3 * down_after))
-        self.proc = subprocess.Popen(["redis-server", conf, "--sentinel"],
+        self.proc = subprocess.Popen([REDIS_SERVER, conf, "--sentinel"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         atexit.register(self.stop)
         r = redis.Redis(port=self.port, socket_timeout=1)

@@ -19,17 +19,28 @@ lock names spread over the masters; the owed-release case, which needs a
 proxy in front of the one server, is skipped. Prints ok/FAIL per check, the
 hand-off latencies, "compliance[<client>]: N passed, M failed" per client
 ("compliance[<client>/cluster]" on the cluster); exits non-zero on a failure.
+
+With --acl (or RWLOCK_COMPLIANCE_ACL=1; one server, not --cluster) the SQL
+sessions and the agents reach Redis as docs/connecting.md's least-privilege
+user, the ACL SETUSER line as documented (tools/acl_line.py) with a
+password of the run: the sessions through a password file
+(rwlock.password_file, mode 0600, the server's OS user's; their URL names
+no user), the agents with the user and password in their URL. The test's
+own checks of Redis stay the default user.
 """
+import atexit
 import hashlib
 import json
 import logging
 import os
 import queue
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -40,6 +51,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "test"))
 from rwtest import RedisCluster, RedisServer  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import acl_line  # noqa: E402
+
+# --acl: {"user", "password", "file"} once the server has the user
+ACL = {}
 
 ROUNDS = int(os.environ.get("RWLOCK_CROSS_ROUNDS", "50"))
 HANDOFF_P50_MAX_MS = 5.0
@@ -92,6 +109,8 @@ def sql_session(url):
     conn.autocommit = True
     cur = conn.cursor()
     cur.execute("SET rwlock.redis_url = %s", (url,))
+    if ACL:
+        cur.execute("SET rwlock.password_file = %s", (ACL["file"],))
     cur.execute("SET lock_timeout = '20s'")
     return conn
 
@@ -165,6 +184,8 @@ class Agent:
 
     def __init__(self, client, url, extra=()):
         self.client = client
+        if ACL:
+            url = url.replace("redis://", "redis://%s:%s@" % (ACL["user"], ACL["password"]), 1)
         self.proc = subprocess.Popen(AGENTS[client] + ["--redis", url, "--prefix", PREFIX]
                                      + list(extra),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -995,7 +1016,26 @@ def skipped(n):
     return ", %d skipped" % n if n else ""
 
 
-def run_clients(clients, srv=None, cluster=False):
+def acl_user(srv):
+    """docs/connecting.md's user on srv, and its password file."""
+    password = os.urandom(16).hex()
+    srv.redis().execute_command(*acl_line.setuser_args(password=password, prefix=PREFIX))
+    d = tempfile.mkdtemp(prefix="rwlock-compliance-acl-")
+    os.chmod(d, 0o755)
+    path = os.path.join(d, "rwlock.pass")
+    with open(path, "w") as f:
+        f.write("# host:port:user:password\n127.0.0.1:%d:rwlock:%s\n" % (srv.port, password))
+    os.chmod(path, 0o600)
+    try:
+        shutil.chown(path, "postgres")      # the server reads it (as root, under pg_virtualenv)
+    except (LookupError, PermissionError):
+        pass
+    atexit.register(shutil.rmtree, d, True)
+    ACL.update(user="rwlock", password=password, file=path)
+    print("compliance: as the ACL user of docs/connecting.md (password file %s)" % path)
+
+
+def run_clients(clients, srv=None, cluster=False, acl=False):
     """Run the suite for each client, on srv or on a server (a cluster) of
     its own; (passed, failed, {client: Results})."""
     own = srv is None
@@ -1008,6 +1048,8 @@ def run_clients(clients, srv=None, cluster=False):
     elif own:
         srv = RedisServer(int(os.environ.get("RWLOCK_COMPLIANCE_REDIS_PORT", "6393")),
                           prefix="rwlock-compliance-")
+    if acl:
+        acl_user(srv)
     admin = psycopg2.connect(dbname=os.environ.get("PGDATABASE", "postgres"))
     admin.autocommit = True
     q(admin, "CREATE EXTENSION IF NOT EXISTS rwlock")
@@ -1034,11 +1076,15 @@ def run_clients(clients, srv=None, cluster=False):
 
 def main(argv):
     cluster = "--cluster" in argv
-    clients = [a for a in argv if a != "--cluster"] or ["python", "python-async", "node"]
+    acl = "--acl" in argv or os.environ.get("RWLOCK_COMPLIANCE_ACL") == "1"
+    if acl and cluster:
+        sys.exit("--acl runs on one server, not --cluster")
+    clients = [a for a in argv if a not in ("--cluster", "--acl")] or \
+        ["python", "python-async", "node"]
     for c in clients:
         if c not in AGENTS:
             sys.exit("unknown client %r (known: %s)" % (c, ", ".join(AGENTS)))
-    passed, failed, out = run_clients(clients, cluster=cluster)
+    passed, failed, out = run_clients(clients, cluster=cluster, acl=acl)
     print("compliance: %d passed, %d failed%s"
           % (passed, failed, skipped(sum(r.skipped for r in out.values()))))
     return 1 if failed else 0

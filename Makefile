@@ -11,7 +11,7 @@ DATA = rwlock--1.0.sql rwlock--1.0--1.1.sql rwlock--1.1--1.2.sql
 SHLIB_LINK = -lhiredis -lssl -lcrypto
 PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua lua/fence.lua \
-      lua/waits.lua lua/mark.lua
+      lua/waits.lua lua/mark.lua lua/checkin.lua
 EXTRA_CLEAN = src/lua_scripts.c
 REGRESS = rwlock state privileges sessions upgrade stacking
 # Run in a server with rwlock in shared_preload_libraries (test/run.sh):

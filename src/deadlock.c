@@ -20,25 +20,40 @@
  * deadlock_timeout the waiter says in Redis what it waits for: the key
  * <prefix>:wait:{<owner>} holds "3 <mode> <nonce> <lock key>" (3 is the
  * protocol version, RW_PROTOCOL_VERSION), with a time to live of a few
- * deadlock_timeouts, written again (SET ... GET) once per deadlock_timeout
- * while the wait lasts; the GET answers whether another waiter marked it as
- * the victim of a deadlock meanwhile (mark.lua). Then it walks, once:
- * waits.lua on the lock it waits for names its blockers (holders, and
- * writers queued ahead); the wait key of each says what that
- * one waits for, and waits.lua there checks that it really does (its intent
- * or mark is live: a key left by a wait that ended or a lapsed lease is no
- * edge); and so on, hop by hop, each lock asked on the node that serves
- * it. A path back to the waiter is a cycle. It is walked once more, edge
- * by edge; if every edge still holds, the victim is the member with the
+ * deadlock_timeouts, written again by checkin.lua once per deadlock_timeout
+ * while the wait lasts (a script: EVAL is all it takes beyond the key
+ * commands every script runs, on any Redis the scripts run on); its answer,
+ * the old value, says whether another waiter marked it as the victim of a
+ * deadlock meanwhile (mark.lua). Then it walks: waits.lua on the lock it
+ * waits for names its blockers (holders, and writers queued ahead); the
+ * wait key of each says what that one waits for, and waits.lua there
+ * checks that it really does (its intent or mark is live: a key left by a
+ * wait that ended or a lapsed lease is no edge; a session of this server
+ * must also wait there by its row in shared memory); and so on, hop by
+ * hop, each lock asked on the node that serves it, every owner once. A
+ * path back to the waiter is a cycle. It is walked once more, edge by
+ * edge; if every edge still holds, the victim is the member with the
  * greatest owner id, the same whoever found the cycle: the finder fails
  * itself with 40P01 if it is the victim, else marks the victim's key. A
- * cycle closes when its last member starts to wait, and that one's walk
- * finds it; a walk is repeated each deadlock_timeout only when it met an
- * owner that does not walk itself (a client of another language, whose
- * owner id does not start with "pg:"), which may close a cycle later.
+ * marked victim walks again itself before it fails (the cycle may have
+ * broken meanwhile).
+ *
+ * A cycle closes when its last member starts to wait, and that one's walk
+ * finds it, if the walk completes. A check that could not complete (a call
+ * that failed, went unanswered or was refused with a redirection; a
+ * quorum's members too few to decide; a key and a lock that disagree; the
+ * hop limit; the walk's time) is never taken for "no cycle": it is done
+ * again after DL_RETRY_MIN_MS, doubled up to deadlock_timeout (dl_check).
+ * A permission Redis refuses is 42501, never a detection silently off. A
+ * walk that met an owner that does not walk itself (a client of another
+ * language, whose owner id does not start with "pg:") is repeated, each
+ * that met nothing new after twice the pause, up to DL_FOREIGN_MAX
+ * deadlock_timeouts. A check never outlasts half of the writer's intent
+ * (RW_INTENT_MS) renewed by the try before it, so detection never costs
+ * the waiter its place; the session's leases are renewed between hops.
  *
  * So a wait with no deadlock costs one Redis call per deadlock_timeout (the
- * key's SET), plus one walk. In quorum mode each call goes to every member
+ * check-in), plus one walk. In quorum mode each call goes to every member
  * that may be asked, and a wait key's value or an edge counts when a
  * majority of the members give it: a holder holds on a majority, while two
  * waiters that split the members are no edge.
@@ -59,8 +74,14 @@
 #include "utils/timestamp.h"
 
 #define DL_KEY_MAX		(RW_PREFIX_MAX + 3 * RW_NAME_MAX + 8)
-#define DL_MAX_OWNERS	64		/* owners a walk visits at most */
-#define DL_MAX_DEPTH	32		/* the longest cycle looked for */
+#define DL_MAX_DEPTH	256		/* the longest cycle looked for; a longer
+								 * path leaves a gap (the walk is repeated) */
+#define DL_RETRY_MIN_MS	50		/* the first pause before an incomplete
+								 * check is repeated; doubled up to
+								 * deadlock_timeout */
+#define DL_FOREIGN_MAX	64		/* a walk that met foreign owners and
+								 * found nothing new is repeated after
+								 * up to this many deadlock_timeouts */
 
 /* ---- shared memory: one entry per backend ---- */
 
@@ -101,8 +122,18 @@ static struct
 	bool		published;		/* in shared memory */
 	bool		checked;		/* deadlock_timeout passed: logged, walked */
 	bool		keyed;			/* our wait key was written */
-	bool		rewalk;			/* walk again at each check-in */
-	int64		next_ms;		/* next check-in */
+	int64		next_ms;		/* next check */
+	int64		checkin_ms;		/* next check-in due */
+	int64		check_until;	/* the check in progress ends by then */
+	bool		checkin_gap;	/* the last check-in was not confirmed */
+	bool		walk_gap;		/* the last walk was incomplete */
+	bool		marked;			/* another waiter marked us the victim */
+	bool		lapsed;			/* our key or intent may have lapsed */
+	int64		retry_ms;		/* pause before an incomplete check again */
+	bool		foreign;		/* the last walk met foreign owners */
+	uint32		seen;			/* ... and what it met */
+	int64		foreign_ms;		/* when to walk again for them */
+	int64		foreign_gap;	/* ... the pause, doubled while nothing new */
 	char	   *name;
 	char	   *lock_key;
 	char	   *wait_key;
@@ -379,25 +410,57 @@ dl_parse_value(const char *value, char *mode, char **key, char **as)
 }
 
 /* ---------------------------------------------------------------------
- * Redis calls of the walk; each false on any failure (no edge then)
+ * Redis calls of a check. A call that could not say (a failure, an error
+ * reply, a quorum's members too few to decide) leaves a gap: the check is
+ * then incomplete, never taken for "no edge", and repeated (the tick).
  * --------------------------------------------------------------------- */
 
-/* A failure that is an interrupt is served; any other just ends the walk. */
+/*
+ * A failure of a call to conn (member: a quorum's, or -1). An interrupt is
+ * served; a permission Redis refused is raised (42501: never a detection
+ * silently off); a quorum's member is left alone a while, a cluster's map
+ * follows a redirection. Anything else only leaves a gap.
+ */
 static void
-dl_failed(RwConn *conn, RwError *err)
+dl_failed_at(RwConn *conn, int member, RwError *err)
 {
-	if (err->kind == RW_ERR_INTERRUPTED)
+	if (err->kind == RW_ERR_INTERRUPTED ||
+		rw_error_sqlstate(err) == ERRCODE_INSUFFICIENT_PRIVILEGE)
 		rw_raise(conn, err);
+	if (member >= 0 && err->kind != RW_ERR_REPLY)
+		rw_quorum_failed(dl.node, member, err);
+	else if (member < 0 && dl.node->cluster != NULL)
+		(void) rw_cluster_redirected(dl.node, err, rw_now_ms());
 }
 
 /*
- * The connections a call of the walk goes to for `key`: the one that serves
+ * An error reply: handled as a failure (dl_failed_at), but a lock of
+ * another protocol version, which is no edge (a walker of protocol 3 finds
+ * no cycle through it: docs/protocol.md section 18). Frees r. True when it
+ * is a gap.
+ */
+static bool
+dl_error_reply(RwConn *conn, int member, redisReply *r)
+{
+	RwError		err;
+	bool		version = strncmp(r->str, "RWLOCK_VERSION ", 15) == 0;
+
+	memset(&err, 0, sizeof(err));
+	rw_error_set(&err, RW_ERR_REPLY, "%s", r->str);
+	freeReplyObject(r);
+	if (version)
+		return false;
+	dl_failed_at(conn, member, &err);
+	return true;
+}
+
+/*
+ * The connections a call of a check goes to for `key`: the one that serves
  * it, or in quorum mode each member that may be asked now (member[k] says
- * which). *need: how many answers must agree, a majority of a quorum's
- * members, else 1.
+ * which).
  */
 static int
-dl_conns(const char *key, RwConn **conns, int *member, int *need)
+dl_conns(const char *key, RwConn **conns, int *member)
 {
 	int			n = rw_quorum_size(dl.node);
 	int			k = 0;
@@ -409,7 +472,6 @@ dl_conns(const char *key, RwConn **conns, int *member, int *need)
 		conns[0] = rw_cluster_cmd(dl.node, &keys);
 		pfree(keys.key[1]);
 		member[0] = -1;
-		*need = 1;
 		return 1;
 	}
 	for (int i = 0; i < n; i++)
@@ -418,85 +480,113 @@ dl_conns(const char *key, RwConn **conns, int *member, int *need)
 			conns[k] = &rw_quorum_member(dl.node, i)->cmd;
 			member[k++] = i;
 		}
-	*need = rw_quorum_majority(dl.node);
 	return k;
 }
 
-/* A failure that is an interrupt is served; a quorum's member is left alone. */
-static void
-dl_failed_at(RwConn *conn, int member, RwError *err)
-{
-	if (member >= 0)
-		rw_quorum_failed(dl.node, member, err);
-	dl_failed(conn, err);
-}
-
 /*
- * One plain command on each connection for `key` (dl_conns); replies[k] is
- * NULL where it failed or answered an error. Returns how many connections.
+ * One script on each connection for keys[0] (dl_conns). f->r[k] is NULL
+ * where it failed or answered an error. f->size: the members there are (1
+ * but for a quorum), f->need: how many answers must agree (a majority of a
+ * quorum's members, else 1), f->missing: the members that did not answer
+ * (not asked, failed, refused), which may still make or break a majority.
  */
-static int
-dl_command(const char *key, int argc, const char **argv, redisReply **replies,
-		   int *need)
+typedef struct DlFan
+{
+	int			n;
+	int			size;
+	int			need;
+	int			missing;
+	bool		version;		/* some member answered RWLOCK_VERSION */
+	redisReply *r[RW_QUORUM_MAX];
+} DlFan;
+
+static void
+dl_fan(DlFan *f, RwScriptId id, int nkeys, const char *const *keys,
+	   const size_t *klens, int nargs, const char *const *args)
 {
 	RwConn	   *conns[RW_QUORUM_MAX];
 	int			member[RW_QUORUM_MAX];
-	int			n = dl_conns(key, conns, member, need);
-	size_t		lens[8];
-	RwError		err;
 
-	for (int i = 0; i < argc; i++)
-		lens[i] = strlen(argv[i]);
-	for (int k = 0; k < n; k++)
+	f->n = dl_conns(keys[0], conns, member);
+	f->size = Max(rw_quorum_size(dl.node), 1);
+	f->need = rw_quorum_size(dl.node) > 0 ? rw_quorum_majority(dl.node) : 1;
+	f->missing = f->size;
+	f->version = false;
+	for (int k = 0; k < f->n; k++)
 	{
-		replies[k] = NULL;
-		if (!rw_conn_ensure(conns[k], &err))
+		RwScriptCall call;
+		RwError		err;
+
+		f->r[k] = NULL;
+		rw_script_prepare(&call, id, nkeys, keys, klens, nargs, args);
+		if (!rw_script_run(conns[k], &call, 1, &f->r[k], &err))
 		{
+			f->r[k] = NULL;
 			dl_failed_at(conns[k], member[k], &err);
 			continue;
 		}
-		rw_append(conns[k], argc, argv, lens, NULL);
-		if (!rw_exchange(conns[k], 1, &replies[k], &err))
+		if (f->r[k]->type == REDIS_REPLY_ERROR)
 		{
-			replies[k] = NULL;
-			dl_failed_at(conns[k], member[k], &err);
+			if (!dl_error_reply(conns[k], member[k], f->r[k]))
+				f->version = true;
+			f->r[k] = NULL;
 			continue;
 		}
-		if (replies[k]->type == REDIS_REPLY_ERROR)
-		{
-			freeReplyObject(replies[k]);
-			replies[k] = NULL;
-		}
+		f->missing--;
 	}
-	return n;
 }
 
-/* The value of an owner's wait key (held by a majority of a quorum), or NULL. */
+static void
+dl_fan_free(DlFan *f)
+{
+	for (int k = 0; k < f->n; k++)
+		if (f->r[k] != NULL)
+			freeReplyObject(f->r[k]);
+}
+
+/*
+ * Whether a count short of a majority is undecided: the members that did
+ * not answer could still make it one. Then the check has a gap.
+ */
+static bool
+dl_undecided(DlFan *f, int count)
+{
+	return count < f->need && count + f->missing >= f->need;
+}
+
+/*
+ * The value of an owner's wait key (held by a majority of a quorum), or
+ * NULL: none, or undecided (a gap: *gap set).
+ */
 static char *
-dl_get_wait(const char *owner)
+dl_get_wait(const char *owner, bool *gap)
 {
 	char	   *wkey = dl_wait_key_of(owner);
-	const char *argv[2] = {"GET", wkey};
-	redisReply *r[RW_QUORUM_MAX];
-	int			need;
-	int			n = dl_command(wkey, 2, argv, r, &need);
+	const char *k[1] = {wkey};
+	size_t		klen[1] = {strlen(wkey)};
+	const char *args[3] = {RW_PROTOCOL_VERSION, "", "0"};
+	DlFan		f;
 	char	   *v = NULL;
+	int			best = 0;
 
-	for (int k = 0; k < n && v == NULL; k++)
+	dl_fan(&f, RW_SCRIPT_CHECKIN, 1, k, klen, 3, args);
+	for (int i = 0; i < f.n && v == NULL; i++)
 	{
 		int			same = 0;
 
-		if (r[k] == NULL || r[k]->type != REDIS_REPLY_STRING)
+		if (f.r[i] == NULL || f.r[i]->type != REDIS_REPLY_STRING)
 			continue;
-		for (int j = k; j < n; j++)
-			same += r[j] != NULL && r[j]->type == REDIS_REPLY_STRING &&
-				r[j]->len == r[k]->len && memcmp(r[j]->str, r[k]->str, r[k]->len) == 0;
-		if (same >= need)
-			v = pnstrdup(r[k]->str, r[k]->len);
+		for (int j = i; j < f.n; j++)
+			same += f.r[j] != NULL && f.r[j]->type == REDIS_REPLY_STRING &&
+				f.r[j]->len == f.r[i]->len &&
+				memcmp(f.r[j]->str, f.r[i]->str, f.r[i]->len) == 0;
+		best = Max(best, same);
+		if (same >= f.need)
+			v = pnstrdup(f.r[i]->str, f.r[i]->len);
 	}
-	for (int k = 0; k < n; k++)
-		if (r[k] != NULL)
-			freeReplyObject(r[k]);
+	if (v == NULL && dl_undecided(&f, best))
+		*gap = true;
+	dl_fan_free(&f);
 	return v;
 }
 
@@ -517,21 +607,18 @@ dl_tally(char ***owners, int **counts, int *n, const char *str, size_t len)
 /*
  * waits.lua: whether `owner` waits for the lock `key` in `mode` now, and
  * whom it waits for; in quorum mode, what a majority of the members says.
- * -1 when Redis could not say.
+ * -1 when Redis could not say; *gap set when some of it is undecided (a
+ * liveness or an edge the members that did not answer could still make).
  */
 static int
 dl_blockers_of(const char *key, const char *owner, char mode, char ***out,
-			   int *nout)
+			   int *nout, bool *gap)
 {
 	RwKeys		keys;
-	RwConn	   *conns[RW_QUORUM_MAX];
-	int			member[RW_QUORUM_MAX];
-	int			need;
-	int			n;
+	DlFan		f;
 	char		m[2] = {mode, '\0'};
 	const char *args[3] = {RW_PROTOCOL_VERSION, owner, m};
-	int			answered = 0,
-				live = 0,
+	int			live = 0,
 				ncand = 0,
 				cap = 0;
 	char	  **cand = NULL;
@@ -540,27 +627,20 @@ dl_blockers_of(const char *key, const char *owner, char mode, char ***out,
 	*nout = 0;
 	*out = NULL;
 	dl_keys_of(key, &keys);
-	n = dl_conns(key, conns, member, &need);
-	for (int k = 0; k < n; k++)
+	dl_fan(&f, RW_SCRIPT_WAITS, RW_NKEYS, (const char *const *) keys.key,
+		   keys.len, 3, args);
+	for (int k = 0; k < f.n; k++)
 	{
-		RwScriptCall call;
-		redisReply *r = NULL;
-		RwError		err;
+		redisReply *r = f.r[k];
 
-		rw_script_prepare(&call, RW_SCRIPT_WAITS, RW_NKEYS,
-						  (const char *const *) keys.key, keys.len, 3, args);
-		if (!rw_script_run(conns[k], &call, 1, &r, &err))
-		{
-			dl_failed_at(conns[k], member[k], &err);
+		if (r == NULL)
 			continue;
-		}
 		if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
 			r->element[0]->type != REDIS_REPLY_INTEGER)
 		{
-			freeReplyObject(r);
+			f.missing++;		/* nonsense: as good as no answer */
 			continue;
 		}
-		answered++;
 		if (r->element[0]->integer == 1)
 		{
 			live++;
@@ -574,34 +654,49 @@ dl_blockers_of(const char *key, const char *owner, char mode, char ***out,
 					dl_tally(&cand, &count, &ncand, r->element[i]->str,
 							 r->element[i]->len);
 		}
-		freeReplyObject(r);
 	}
-	if (answered == 0)
+	dl_fan_free(&f);
+	if (f.missing == f.size)
+	{
+		if (!f.version)
+			*gap = true;
 		return -1;
-	if (live < need)
+	}
+	if (live < f.need)
+	{
+		if (dl_undecided(&f, live))
+			*gap = true;
 		return 0;
+	}
 	*out = palloc(sizeof(char *) * Max(ncand, 1));
 	for (int i = 0; i < ncand; i++)
-		if (count[i] >= need)
+	{
+		if (count[i] >= f.need)
 			(*out)[(*nout)++] = cand[i];
+		else if (dl_undecided(&f, count[i]))
+			*gap = true;
+	}
 	return 1;
 }
 
 /*
- * Write our wait key (SET ... PX ... GET), on every member of a quorum:
- * true if an old value was a mark of our wait, whose cycle is then kept in
- * dl.victim_detail.
+ * Write our wait key (checkin.lua), on every member of a quorum. Sets
+ * dl.marked (with the cycle in dl.victim_detail) when an old value was a
+ * mark of our wait, dl.lapsed when our key was gone (it expired while this
+ * session did not run: others may have walked past us meanwhile). False
+ * when too few members confirmed it: the check is incomplete.
  */
 static bool
 dl_check_in(void)
 {
-	char		px[16];
-	const char *argv[6] = {"SET", dl.wait_key, dl.value, "PX", px, "GET"};
-	redisReply *r[RW_QUORUM_MAX];
-	int			need;
-	int			n;
+	char		px[24];
+	const char *k[1] = {dl.wait_key};
+	size_t		klen[1] = {strlen(dl.wait_key)};
+	const char *args[3] = {RW_PROTOCOL_VERSION, dl.value, px};
+	DlFan		f;
 	size_t		vlen = strlen(dl.value);
-	bool		victim = false;
+	int			confirmed = 0;
+	bool		had_key = dl.keyed;
 
 	/*
 	 * It outlives the checks that write it again, every deadlock_timeout; in
@@ -610,22 +705,27 @@ dl_check_in(void)
 	 */
 	snprintf(px, sizeof(px), INT64_FORMAT,
 			 Max((int64) 3 * DeadlockTimeout, (int64) 2 * RW_INTENT_MS));
-	n = dl_command(dl.wait_key, 6, argv, r, &need);
-	for (int k = 0; k < n; k++)
+	dl_fan(&f, RW_SCRIPT_CHECKIN, 1, k, klen, 3, args);
+	for (int i = 0; i < f.n; i++)
 	{
-		if (r[k] == NULL)
+		redisReply *r = f.r[i];
+
+		if (r == NULL)
 			continue;
+		confirmed++;
 		dl.keyed = true;
-		if (!victim && r[k]->type == REDIS_REPLY_STRING && r[k]->len > vlen + 1 &&
-			r[k]->str[0] == '!' && memcmp(r[k]->str + 1, dl.value, vlen) == 0 &&
-			r[k]->str[vlen + 1] == '\n')
+		if (r->type == REDIS_REPLY_NIL && had_key)
+			dl.lapsed = true;
+		if (!dl.marked && r->type == REDIS_REPLY_STRING && r->len > vlen + 1 &&
+			r->str[0] == '!' && memcmp(r->str + 1, dl.value, vlen) == 0 &&
+			r->str[vlen + 1] == '\n')
 		{
-			dl.victim_detail = MemoryContextStrdup(dl_cxt, r[k]->str + vlen + 2);
-			victim = true;
+			dl.victim_detail = MemoryContextStrdup(dl_cxt, r->str + vlen + 2);
+			dl.marked = true;
 		}
-		freeReplyObject(r[k]);
 	}
-	return victim;
+	dl_fan_free(&f);
+	return confirmed >= f.need;
 }
 
 /* Take our wait key away, without waiting for the answers. Never throws. */
@@ -634,7 +734,6 @@ dl_drop_key(void)
 {
 	RwConn	   *conns[RW_QUORUM_MAX];
 	int			member[RW_QUORUM_MAX];
-	int			need;
 	int			n;
 	const char *argv[2] = {"DEL", dl.wait_key};
 	size_t		lens[2] = {3, strlen(dl.wait_key)};
@@ -643,7 +742,7 @@ dl_drop_key(void)
 	if (!dl.keyed)
 		return;
 	dl.keyed = false;
-	n = dl_conns(dl.wait_key, conns, member, &need);
+	n = dl_conns(dl.wait_key, conns, member);
 	for (int k = 0; k < n; k++)
 	{
 		if (conns[k]->ctx == NULL)
@@ -659,11 +758,15 @@ dl_drop_key(void)
 
 typedef struct DlWalk
 {
-	DlHop		path[DL_MAX_DEPTH];
+	DlHop	   *path;			/* DL_MAX_DEPTH hops */
 	int			depth;
-	char	   *visited[DL_MAX_OWNERS];
+	char	  **visited;		/* every owner met: no cap */
 	int			nvisited;
+	int			maxvisited;
 	bool		foreign;		/* met an owner that does not walk itself */
+	bool		gap;			/* something could not be said */
+	int64		until;			/* the walk's time is up then */
+	uint32		seen;			/* a hash of the owners and waits met */
 	char	  **first_blockers; /* ours, for the log */
 	int			nfirst;
 } DlWalk;
@@ -677,9 +780,56 @@ dl_visited(DlWalk *w, const char *owner)
 	return false;
 }
 
+static void
+dl_visit(DlWalk *w, char *owner)
+{
+	if (w->nvisited == w->maxvisited)
+	{
+		w->maxvisited *= 2;
+		w->visited = repalloc(w->visited, sizeof(char *) * w->maxvisited);
+	}
+	w->visited[w->nvisited++] = owner;
+}
+
+/* FNV-1a over what a walk met, to tell a walk that found nothing new. */
+static void
+dl_seen(DlWalk *w, const char *s)
+{
+	for (; *s; s++)
+		w->seen = (w->seen ^ (uint8) *s) * 16777619;
+	w->seen = (w->seen ^ 0xff) * 16777619;
+}
+
+/*
+ * Whether a session of this server still waits for `key` (its row in
+ * shared memory): a wait cut off in a stall can leave its wait key and its
+ * intent in Redis for a while (to their short leases), which must not make
+ * an edge. True for an owner of elsewhere, which Redis alone tells about.
+ */
+static bool
+dl_local_waits(const char *owner, const char *key)
+{
+	bool		found = false;
+
+	if (dl_shared == NULL || rw_owner_local_pid(owner) <= 0)
+		return true;
+	LWLockAcquire(dl_shared->lock, LW_SHARED);
+	for (int i = 0; i < dl_shared->n && !found; i++)
+	{
+		DlEntry    *e = &dl_shared->entries[i];
+
+		found = e->in_use && strcmp(e->owner, owner) == 0 &&
+			strcmp(e->key, key) == 0;
+	}
+	LWLockRelease(dl_shared->lock);
+	return found;
+}
+
 /*
  * Depth first from path[depth - 1]: true when a blocker is us, the cycle
- * then being path[0 .. depth - 1].
+ * then being path[0 .. depth - 1]. Whatever could not be said (a call
+ * that failed, a key that says an owner waits where the lock does not
+ * show it, the depth limit, the walk's time) sets w->gap.
  */
 static bool
 dl_search(DlWalk *w)
@@ -687,8 +837,21 @@ dl_search(DlWalk *w)
 	DlHop	   *hop = &w->path[w->depth - 1];
 	char	  **blockers;
 	int			n;
+	int			live;
 
-	if (dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n) <= 0)
+	live = dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n, &w->gap);
+	if (live == 0)
+	{
+		/*
+		 * Its wait key says it waits here, but the lock has no live intent
+		 * or mark of it: its wait just ended (its key goes next), or it did
+		 * not run for a while (a paused backend, a stalled client) and will
+		 * renew them at its next try. Not "no edge" yet.
+		 */
+		w->gap = true;
+		return false;
+	}
+	if (live < 0)
 		return false;
 	if (w->depth == 1)
 	{
@@ -703,15 +866,37 @@ dl_search(DlWalk *w)
 
 		if (strcmp(b, rw_owner_id()) == 0)
 			return true;
-		if (dl_visited(w, b) || w->nvisited == DL_MAX_OWNERS)
+		if (dl_visited(w, b))
 			continue;
-		w->visited[w->nvisited++] = b;
+		if (rw_now_ms() >= w->until)
+		{
+			w->gap = true;
+			return false;
+		}
+		/* A long walk must not cost the session its other holds. */
+		rw_renew_due(false, NULL);
+		dl_visit(w, b);
+		dl_seen(w, b);
 		if (strncmp(b, "pg:", 3) != 0)
 			w->foreign = true;
-		if (w->depth == DL_MAX_DEPTH || (value = dl_get_wait(b)) == NULL)
+		if (w->depth == DL_MAX_DEPTH)
+		{
+			w->gap = true;
 			continue;
+		}
+		if ((value = dl_get_wait(b, &w->gap)) == NULL)
+			continue;
+		dl_seen(w, value);
+		if (value[0] == '!')
+		{
+			/* Marked: it fails or finds the mark stale at its next check. */
+			w->gap = true;
+			continue;
+		}
 		next = &w->path[w->depth];
 		if (!dl_parse_value(value, &next->mode, &next->key, &next->as))
+			continue;
+		if (!dl_local_waits(b, next->key))
 			continue;
 		next->owner = b;
 		if (next->as == NULL)
@@ -741,13 +926,18 @@ dl_recheck(DlWalk *w)
 
 		if (i > 0)
 		{
-			char	   *value = dl_get_wait(hop->owner);
+			char	   *value = dl_get_wait(hop->owner, &w->gap);
 
-			if (value == NULL || strcmp(value, hop->value) != 0)
+			if (value == NULL || strcmp(value, hop->value) != 0 ||
+				!dl_local_waits(hop->owner, hop->key))
 				return false;
 		}
-		if (dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n) <= 0)
+		if (dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n,
+						   &w->gap) <= 0)
+		{
+			w->gap = true;		/* as in dl_search: not "no edge" yet */
 			return false;
+		}
 		for (int j = 0; j < n && !found; j++)
 			found = strcmp(blockers[j], next) == 0;
 		if (!found)
@@ -830,34 +1020,22 @@ dl_victim(DlWalk *w)
 
 /*
  * Mark another member as the victim (mark.lua), on every member of a
- * quorum whose key still holds the value read; it fails at its check-in.
+ * quorum whose key still holds the value read; it re-checks the cycle at
+ * its next check-in and fails. False when too few members answered (the
+ * check is repeated, and the mark with it).
  */
-static void
+static bool
 dl_mark(DlHop *victim, const char *cycle)
 {
 	char	   *wkey = dl_wait_key_of(victim->owner);
-	RwConn	   *conns[RW_QUORUM_MAX];
-	int			member[RW_QUORUM_MAX];
-	int			need;
-	int			n = dl_conns(wkey, conns, member, &need);
-	const char *args[3] = {RW_PROTOCOL_VERSION, victim->value, cycle};
 	const char *k[1] = {wkey};
 	size_t		klen[1] = {strlen(wkey)};
+	const char *args[3] = {RW_PROTOCOL_VERSION, victim->value, cycle};
+	DlFan		f;
 
-	for (int i = 0; i < n; i++)
-	{
-		RwScriptCall call;
-		redisReply *r = NULL;
-		RwError		err;
-
-		rw_script_prepare(&call, RW_SCRIPT_MARK, 1, k, klen, 3, args);
-		if (!rw_script_run(conns[i], &call, 1, &r, &err))
-		{
-			dl_failed_at(conns[i], member[i], &err);
-			continue;
-		}
-		freeReplyObject(r);
-	}
+	dl_fan(&f, RW_SCRIPT_MARK, 1, k, klen, 3, args);
+	dl_fan_free(&f);
+	return f.size - f.missing >= f.need;
 }
 
 /* Holders and queued writers ahead, as the still-waiting log lists them. */
@@ -895,15 +1073,31 @@ dl_log(const char *what, char **owners, int n)
 						dl.name, ms)));
 }
 
-/* Walk from our wait; true when we are a cycle's victim. */
-static bool
-dl_walk(bool log)
+typedef enum DlResult
+{
+	DL_NO_CYCLE,				/* complete, no cycle through us (or one
+								 * found and its victim marked) */
+	DL_INCOMPLETE,				/* something could not be said: again */
+	DL_VICTIM					/* we are a cycle's victim */
+} DlResult;
+
+/*
+ * Walk from our wait. *seen: a hash of what it met; *foreign: whether it
+ * met an owner that does not walk itself.
+ */
+static DlResult
+dl_walk(bool log, uint32 *seen, bool *foreign)
 {
 	DlWalk		w;
 	bool		cycle;
 	int			v;
 
 	memset(&w, 0, sizeof(w));
+	w.path = palloc0(sizeof(DlHop) * DL_MAX_DEPTH);
+	w.maxvisited = 16;
+	w.visited = palloc(sizeof(char *) * w.maxvisited);
+	w.until = dl.check_until;
+	w.seen = 2166136261u;
 	w.path[0].owner = w.path[0].as = (char *) rw_owner_id();
 	w.path[0].value = dl.value;
 	w.path[0].mode = dl.mode == RW_WRITE ? 'w' : 'r';
@@ -912,17 +1106,17 @@ dl_walk(bool log)
 	cycle = dl_search(&w);
 	if (log)
 		dl_log("still waiting for", w.first_blockers, w.nfirst);
-	dl.rewalk = w.foreign;
+	*seen = w.seen;
+	*foreign = w.foreign;
 	if (!cycle || !dl_recheck(&w))
-		return false;
+		return w.gap ? DL_INCOMPLETE : DL_NO_CYCLE;
 	v = dl_victim(&w);
 	if (v == 0)
 	{
 		dl.victim_detail = MemoryContextStrdup(dl_cxt, dl_encode_cycle(&w));
-		return true;
+		return DL_VICTIM;
 	}
-	dl_mark(&w.path[v], dl_encode_cycle(&w));
-	return false;
+	return dl_mark(&w.path[v], dl_encode_cycle(&w)) ? DL_NO_CYCLE : DL_INCOMPLETE;
 }
 
 /* ---------------------------------------------------------------------
@@ -950,9 +1144,13 @@ dl_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode)
 	dl.level = dl_next_level;
 	dl.start_ms = rw_now_ms();
 	dl.start_ts = GetCurrentTimestamp();
-	dl.checked = dl.keyed = dl.rewalk = false;
+	dl.checked = dl.keyed = false;
+	dl.checkin_gap = dl.walk_gap = dl.marked = dl.lapsed = dl.foreign = false;
+	dl.retry_ms = 0;
+	dl.seen = 0;
+	dl.foreign_gap = 0;
 	dl.victim_detail = NULL;
-	dl.next_ms = dl.start_ms + DeadlockTimeout;
+	dl.next_ms = dl.checkin_ms = dl.start_ms + DeadlockTimeout;
 	dl.name = MemoryContextStrdup(dl_cxt, name);
 	dl.lock_key = MemoryContextStrdup(dl_cxt, keys->key[0]);
 	{
@@ -969,39 +1167,110 @@ dl_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode)
 }
 
 /*
+ * One check: our wait key written (when due, or not confirmed last time),
+ * and a walk when one is owed: the first check's; one that was incomplete;
+ * one asked for by a mark (a victim re-checks its cycle before it fails);
+ * one after our key lapsed or this session did not run for a while (others
+ * may have walked past us meanwhile); and, with foreign owners met, one
+ * now and then (each that finds nothing new doubles the pause, up to
+ * DL_FOREIGN_MAX deadlock_timeouts). Whatever is incomplete is done again
+ * after a pause (DL_RETRY_MIN_MS, doubled up to deadlock_timeout). True
+ * when this session is a cycle's victim.
+ */
+static bool
+dl_check(int64 now)
+{
+	bool		gap = false;
+	bool		victim = false;
+	int64		cap;
+
+	if (dl.checked && now - dl.next_ms > RW_INTENT_MS / 2)
+		dl.lapsed = true;
+
+	/*
+	 * The try just before renewed our intent or mark: neither this check's
+	 * calls nor its walk may outlast half of it (the walk stops there, with
+	 * a gap). A node that failed before is tried again: a new call.
+	 */
+	dl.check_until = now + RW_INTENT_MS / 2;
+	cap = rw_conn_tighten(dl.check_until);
+	rw_call_again();
+	if (now >= dl.checkin_ms || dl.checkin_gap)
+	{
+		dl.checkin_gap = !dl_check_in();
+		if (!dl.checkin_gap)
+			dl.checkin_ms = now + DeadlockTimeout;
+		gap |= dl.checkin_gap;
+	}
+	if (!dl.checked || dl.walk_gap || dl.marked || dl.lapsed ||
+		(dl.foreign && now >= dl.foreign_ms))
+	{
+		uint32		seen;
+		bool		foreign;
+		DlResult	r = dl_walk(log_lock_waits && !dl.checked, &seen, &foreign);
+
+		dl.walk_gap = r == DL_INCOMPLETE;
+		gap |= dl.walk_gap;
+		if (r == DL_VICTIM)
+			victim = true;
+		else if (!dl.walk_gap)
+		{
+			dl.marked = dl.lapsed = false;
+			if (foreign && dl.foreign && seen == dl.seen)
+				dl.foreign_gap = Min(dl.foreign_gap * 2,
+									 (int64) DL_FOREIGN_MAX * DeadlockTimeout);
+			else
+				dl.foreign_gap = DeadlockTimeout;
+			dl.foreign = foreign;
+			dl.seen = seen;
+			dl.foreign_ms = rw_now_ms() + dl.foreign_gap;
+		}
+	}
+	else if (!dl.checked && log_lock_waits)
+		dl_log("still waiting for", NULL, 0);
+	dl.checked = true;
+	rw_conn_restore(cap);
+
+	now = rw_now_ms();
+	dl.next_ms = dl.checkin_ms;
+	if (dl.foreign)
+		dl.next_ms = Min(dl.next_ms, dl.foreign_ms);
+	if (gap)
+	{
+		dl.retry_ms = dl.retry_ms == 0 ? DL_RETRY_MIN_MS : dl.retry_ms * 2;
+		dl.retry_ms = Min(dl.retry_ms, DeadlockTimeout);
+		dl.next_ms = Min(dl.next_ms, now + dl.retry_ms);
+	}
+	else
+		dl.retry_ms = 0;
+	return victim;
+}
+
+/*
  * The lock was busy at a try: start the wait (the first time), and after
  * deadlock_timeout log it (log_lock_waits), say in Redis what we wait for,
- * and walk. *sleep_ms is lowered to wake for the next check. True when this
- * session is the victim of a deadlock: the caller ends the wait (withdrawing
- * its intent or mark) and calls rw_deadlock_report.
+ * and walk (dl_check). *sleep_ms is lowered to wake for the next check.
+ * True when this session is the victim of a deadlock: the caller ends the
+ * wait (withdrawing its intent or mark) and calls rw_deadlock_report.
  */
 bool
 rw_deadlock_tick(RwNode *node, const RwKeys *keys, const char *name,
 				 RwMode mode, int64 *sleep_ms)
 {
-	int64		now;
 	bool		victim = false;
-	MemoryContext old;
 
 	if (!dl.active)
 		dl_begin(node, keys, name, mode);
-	now = rw_now_ms();
-	if (now >= dl.next_ms && DeadlockTimeout > 0)
+	if (DeadlockTimeout > 0 && rw_now_ms() >= dl.next_ms)
 	{
 		/* What a check allocates goes with it: a wait may last for hours. */
 		MemoryContext check_cxt = AllocSetContextCreate(dl_cxt, "rwlock deadlock check",
 														ALLOCSET_SMALL_SIZES);
+		MemoryContext old = MemoryContextSwitchTo(check_cxt);
 
-		old = MemoryContextSwitchTo(check_cxt);
-		victim = dl_check_in();
-		if (!victim && (!dl.checked || dl.rewalk))
-			victim = dl_walk(log_lock_waits && !dl.checked);
-		else if (!dl.checked && log_lock_waits)
-			dl_log("still waiting for", NULL, 0);
-		dl.checked = true;
+		victim = dl_check(rw_now_ms());
 		MemoryContextSwitchTo(old);
 		MemoryContextDelete(check_cxt);
-		dl.next_ms = rw_now_ms() + DeadlockTimeout;
 	}
 	if (victim)
 		return true;
@@ -1084,7 +1353,11 @@ rw_deadlock_blockers(int pid, char ***owners, int *nowners)
 	if (mode == 0)
 		return false;
 	dl.node = rw_current_node();
-	live = dl_blockers_of(key, owner, mode, owners, nowners);
+	{
+		bool		gap = false;
+
+		live = dl_blockers_of(key, owner, mode, owners, nowners, &gap);
+	}
 	dl.node = saved;
 	return live > 0;
 }

@@ -468,7 +468,7 @@ for q in $(grep -Eo '^ *"[0-9a-f]{40}"$' docs/protocol.md | tr -d ' "'); do
   check "docs/protocol.md: SCRIPT LOAD's answer $q is a script's SHA1" "yes" "$(sha1sum lua/*.lua | grep -q "^$q " && echo yes || echo no)"
 done
 
-# waits.lua and mark.lua: deadlock detection (docs/protocol.md 18).
+# waits.lua, mark.lua and checkin.lua: deadlock detection (docs/protocol.md 18).
 redis-cli -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 run acquire $V d1 r 30000 0 600000 >/dev/null
 run acquire $V d2 r 30000 0 600000 >/dev/null
@@ -490,7 +490,18 @@ check "mark: another wait's value is not marked"     "0"          "$(mark "3 w n
 check "mark: the value read is marked"               "1"          "$(mark "3 w n1 rw:{a}" "cycle")"
 check "mark: the key says so, the cycle after it"    "!3 w n1 rw:{a}*cycle" "$(redis-cli -p "$PORT" get "$WK" | tr '\n' ' ' | sed 's/ $//')"
 check "mark: the time to live is kept"               "yes"        "$([ "$(redis-cli -p "$PORT" pttl "$WK")" -gt 5000 ] && echo yes || echo no)"
-check "mark: the victim sees it in SET ... GET"      "!3 w n1 rw:{a}*" "$(redis-cli -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 get | tr '\n' ' ')"
+check "mark: a client sees it in SET ... GET"           "!3 w n1 rw:{a}*" "$(redis-cli -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 get | tr '\n' ' ')"
+checkin() { redis-cli -p "$PORT" --eval lua/checkin.lua "$WK" , $V "$@" | tr '\n' ' ' | sed 's/ $//'; }
+check "checkin: writes, answers the old value"      "3 w n1 rw:{a}" "$(checkin "3 w n2 rw:{a}" 10000)"
+check "checkin: the key holds the new one"          "3 w n2 rw:{a}" "$(redis-cli -p "$PORT" get "$WK")"
+check "checkin: with its time to live"              "yes"        "$([ "$(redis-cli -p "$PORT" pttl "$WK")" -gt 5000 ] && echo yes || echo no)"
+mark "3 w n2 rw:{a}" "cycle" >/dev/null
+check "checkin: the victim sees its mark"           "!3 w n2 rw:{a}*cycle" "$(checkin "3 w n2 rw:{a}" 10000)"
+check "checkin: an empty value only reads"          "3 w n2 rw:{a}" "$(checkin "" 0)"
+check "checkin: and writes nothing"                 "3 w n2 rw:{a}" "$(redis-cli -p "$PORT" get "$WK")"
+check "checkin: another version is refused"         "*RWLOCK_VERSION*" "$(checkin "1 w n1 rw:{a}" 10000 2>&1)"
+redis-cli -p "$PORT" del "$WK" >/dev/null
+check "checkin: no key, no old value"               ""           "$(checkin "3 w n3 rw:{a}" 10000)"
 redis-cli -p "$PORT" del "$WK" >/dev/null
 check "mark: an ended wait is not marked"            "0"          "$(mark "3 w n1 rw:{a}" "cycle")"
 check "mark: and nothing is written"                 "0"          "$(redis-cli -p "$PORT" exists "$WK")"

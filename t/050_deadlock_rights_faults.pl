@@ -137,6 +137,33 @@ sub one_victim
 	one_victim($st, $ended, 2 * $dt + $stop + 1.0, "a waiter's backend stopped for 3.5 s");
 }
 
+# ---- 2b. no false 40P01: a wait cut off in a stall left its key ----
+{
+	my ($i, $w) = (session($n1), session($n1));
+	sq($_, "SET statement_timeout = '12s'") for ($i, $w);
+	sq($i, 'BEGIN');
+	sq($i, "SELECT redis_wlock_xact('idle_l') > 0");
+	sq($w, 'BEGIN');
+	sq($w, "SELECT redis_wlock_xact('idle_m') > 0");
+	my $ipid = session_pid($i);
+	sq_send($i, "SELECT redis_wlock_xact('idle_m') > 0");
+	sleep $dt + 0.3;    # i's wait key is written
+	redis_sigstop($port);
+	sleep 0.6;          # a check-in or try of i's is in flight
+	$n1->safe_psql('postgres', "SELECT pg_cancel_backend($ipid)");
+	sleep 0.1;
+	redis_sigcont($port);
+	my ($out, $err) = sq_wait($i, 5);
+	is(sqlstate($err), '57014', 'the wait cut off in the stall is cancelled');
+	# i is idle in its transaction, holding idle_l; w asks for it.
+	sq($w, "SET lock_timeout = '2s'");
+	($out, $err) = sq($w, "SELECT redis_wlock_xact('idle_l') > 0");
+	is(sqlstate($err), '55P03', 'a session asking for the idle one\'s lock times out: no false 40P01')
+	  or diag $err;
+	sq($_, 'ROLLBACK') for ($i, $w);
+	$_->quit for ($i, $w);
+}
+
 # ---- 3. a cycle through a lock read by 70 idle owners ----
 {
 	my $body = slurp_file("$FindBin::RealBin/../lua/acquire.lua");

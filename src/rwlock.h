@@ -821,6 +821,7 @@ extern void rw_waiters_publish(RwMode mode, RwLevel level, TimestampTz since,
 							   const char *key, const char *name);
 extern void rw_waiters_unpublish(void);
 extern bool rw_waiters_waits(const char *owner, const char *key);
+extern char rw_waiters_local_mode(const char *owner, const char *key);
 extern bool rw_waiters_find(int pid, char **key, char **owner, char *mode);
 
 /* ---- walk.c ---- */

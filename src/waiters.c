@@ -225,3 +225,29 @@ rw_waiters_find(int pid, char **key, char **owner, char *mode)
 	LWLockRelease(dl_shared->lock);
 	return *mode != 0;
 }
+
+/*
+ * The mode ('r' or 'w') in which a session of this server with this owner
+ * id waits for the lock `key`, or 0 (it does not, or it is not of this
+ * server, or there is no table). No call to Redis: the walk skips, with
+ * it, a writer queued on the lock its hop's writer waits for.
+ */
+char
+rw_waiters_local_mode(const char *owner, const char *key)
+{
+	char		mode = 0;
+
+	if (dl_shared == NULL || rw_owner_local_pid(owner) <= 0)
+		return 0;
+	LWLockAcquire(dl_shared->lock, LW_SHARED);
+	for (int i = 0; i < dl_shared->n && mode == 0; i++)
+	{
+		DlEntry    *e = &dl_shared->entries[i];
+
+		if (e->in_use && strcmp(e->owner, owner) == 0 &&
+			strcmp(e->key, key) == 0)
+			mode = e->mode == RW_WRITE ? 'w' : 'r';
+	}
+	LWLockRelease(dl_shared->lock);
+	return mode;
+}

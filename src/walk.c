@@ -326,6 +326,19 @@ walk_search(Walk *w)
 		walk_seen(w, b);
 		if (strncmp(b, "pg:", 3) != 0)
 			w->foreign = true;
+		/*
+		 * A writer queued on the lock this hop's writer waits for: whatever
+		 * blocks it blocks this hop too (waits.lua: the writer holding, the
+		 * readers, the writers ahead of it, the readers in their turn), and
+		 * this hop does not block it (it is behind, and no reader), so
+		 * nothing is reached through it that this hop's other blockers do
+		 * not reach. Skipped: known from shared memory for a session of
+		 * this server (no call at all), else from its wait key (no
+		 * waits.lua). This keeps a walk from a long queue of writers at a
+		 * few calls instead of two per writer ahead.
+		 */
+		if (hop->mode == 'w' && rw_waiters_local_mode(b, hop->key) == 'w')
+			continue;
 		if (w->depth == WALK_MAX_DEPTH)
 		{
 			w->gap = true;
@@ -343,6 +356,9 @@ walk_search(Walk *w)
 		next = &w->path[w->depth];
 		if (!walk_parse_value(value, &next->mode, &next->key, &next->as))
 			continue;
+		if (hop->mode == 'w' && next->mode == 'w' && next->as == NULL &&
+			strcmp(next->key, hop->key) == 0)
+			continue;			/* as above */
 		if (!rw_waiters_waits(b, next->key))
 			continue;
 		next->owner = b;

@@ -5,13 +5,13 @@ OBJS = src/guc.o src/url.o src/passfile.o src/errors.o src/resolve.o src/redis_c
        src/holds.o src/renew.o \
        src/release.o src/waiting.o src/held.o src/introspect.o src/functions.o \
        src/tls.o src/sentinel.o src/cluster.o src/quorum.o src/stats.o \
-       src/deadlock.o
+       src/deadlock.o src/walk.o src/waiters.o src/fanout.o
 EXTENSION = rwlock
 DATA = rwlock--1.0.sql rwlock--1.0--1.1.sql rwlock--1.1--1.2.sql
 SHLIB_LINK = -lhiredis -lssl -lcrypto
 PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua lua/fence.lua \
-      lua/waits.lua lua/mark.lua
+      lua/waits.lua lua/mark.lua lua/checkin.lua
 EXTRA_CLEAN = src/lua_scripts.c
 REGRESS = rwlock state privileges sessions upgrade stacking preload
 # Run in a server with rwlock in shared_preload_libraries (test/run.sh):

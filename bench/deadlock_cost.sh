@@ -12,7 +12,14 @@
 # makes meanwhile (not those made by scripts; the holder's renewals too:
 # the same in both). Prints the calls
 # of each by command, the extra calls, and the extra calls per
-# deadlock_timeout of the wait. Everything is on loopback and stopped at
+# deadlock_timeout of the wait. Scripts are named by their SHA1s
+# (evalsha:checkin.lua is the check-in, evalsha:waits.lua a hop of a walk).
+# Then, once, BENCH_WAITERS (default 200) sessions wait as writers behind a
+# holder of another client (owner id py:bench-holder, written by
+# acquire.lua as the Python client writes it, so every walk meets a
+# foreign owner and is repeated): the Redis calls of deadlock detection per
+# waiter and per deadlock_timeout over BENCH_MANY_WINDOW seconds (default
+# 20) after a warm-up of 15 s. Everything is on loopback and stopped at
 # the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,14 +29,24 @@ WAIT=${BENCH_WAIT:-8}
 p=$(free_port 7651)
 redis_start "$p" "$WORK"
 PORTS+=("$p")
-bench_pg_start 5651 "rwlock.redis_url = 'redis://127.0.0.1:$p/0'"
+WAITERS=${BENCH_WAITERS:-200}
+WINDOW=${BENCH_MANY_WINDOW:-20}
+# Preloaded, as the keeper needs: the waiters' table in shared memory lets
+# a walk skip the writers queued with it (walk.c).
+bench_pg_start 5651 "rwlock.redis_url = 'redis://127.0.0.1:$p/0'
+shared_preload_libraries = '$WORK/lib/rwlock.so'
+max_connections = $((WAITERS + 20))"
 log "== Redis on $p; waits of ${WAIT} s, deadlock_timeout 1 s against 1 h"
 
 # calls <monitor file>: the calls clients made (not those of scripts), as
 # "<command> <calls>" lines.
+# The SHA1s of the scripts as embedded (tools/embed_lua.pl --compact).
+SHAS=$(for f in lua/*.lua; do printf 's/^evalsha %s$/evalsha:%s/;' "$(perl tools/embed_lua.pl --compact "$f" | sha1sum | cut -d' ' -f1)" "${f#lua/}"; done)
 calls() {
-  grep -v ' \[[0-9]* lua\] ' "$1" | sed -n 's/^[0-9.]* \[[^]]*\] "\([^"]*\)".*/\1/p' |
-    tr 'A-Z' 'a-z' | sort | uniq -c | awk '{print $2, $1}'
+  grep -v ' \[[0-9]* lua\] ' "$1" |
+    sed -n 's/^[0-9.]* \[[^]]*\] "\([^"]*\)"\( "\([0-9a-f]*\)"\)\{0,1\}.*/\1 \3/p' |
+    awk '{c = tolower($1); print (c == "evalsha" ? c " " $2 : c)}' | sed "$SHAS" |
+    sed 's/^evalsha [0-9a-f]*$/evalsha:other/' | sort | uniq -c | awk '{print $2, $1}'
 }
 
 # wait_once <label> <deadlock_timeout>: one wait; its calls go to $RAW.
@@ -78,11 +95,49 @@ for c in cmds + ["all"]:
     o = sum(tot["without"].values()) if c == "all" else tot["without"][c]
     print("| %s | %.1f | %.1f | %+.1f |" % (c, w / reps, o / reps, (w - o) / reps))
 extra = (sum(tot["with"].values()) - sum(tot["without"].values())) / reps
-checkins = tot["with"]["set"] / reps
+checkins = tot["with"]["evalsha:checkin.lua"] / reps
 print()
-print("check-ins (the wait key's SET): %.1f in %g s; extra calls per deadlock_timeout: "
+print("check-ins (checkin.lua): %.1f in %g s; extra calls per deadlock_timeout: "
       "%.2f in all (the one walk and the DEL included), %.2f once the walk is done "
-      "(SETs only; target <= 1)" % (checkins, wait, extra / wait, checkins / wait))
+      "(check-ins only; target <= 1)" % (checkins, wait, extra / wait, checkins / wait))
 print("ratio of all calls with / without: %.3f" %
       (sum(tot["with"].values()) / max(1, sum(tot["without"].values()))))
+PY
+
+# ---- many waiters behind a holder of another client ----
+log "== $WAITERS waiters behind a client's holder, deadlock_timeout 1 s"
+body=$(cat lua/acquire.lua)
+redis-cli -p "$p" EVAL "$body" 2 'bench:{bench_many}' 'bench:{bench_many}:q' \
+  3 py:bench-holder 1 w 600000 0 600000 - >/dev/null
+printf '%s\n' "SET deadlock_timeout = '1s';" "SET lock_timeout = '$((WINDOW + 25))s';" \
+  "SELECT redis_wlock('bench_many');" >"$WORK/many.sql"
+pgbench -n -c "$WAITERS" -j 2 -t 1 -f "$WORK/many.sql" >/dev/null 2>&1 &
+bench=$!
+sleep 15
+redis-cli -p "$p" MONITOR >"$WORK/monitor_many" &
+monitor=$!
+sleep "$WINDOW"
+kill "$monitor"; wait "$monitor" 2>/dev/null || true
+waiting=$(psql -qXAt -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%bench_many%' AND state = 'active' AND pid <> pg_backend_pid()")
+calls "$WORK/monitor_many" >"$WORK/many_calls"
+[ -z "${BENCH_KEEP:-}" ] || cp "$WORK/monitor_many" "$BENCH_KEEP"
+wait "$bench" || true
+redis-cli -p "$p" DEL 'bench:{bench_many}' 'bench:{bench_many}:q' >/dev/null
+/usr/bin/python3 - "$WORK/many_calls" "$waiting" "$WINDOW" <<'PY'
+import sys
+calls = dict((c, int(n)) for c, n in (l.split() for l in open(sys.argv[1])))
+waiters, window = int(sys.argv[2]), float(sys.argv[3])
+per = lambda n: n / max(waiters, 1) / window
+print()
+print("## %d waiters (still waiting at the end) behind a client's holder, %g s after a 15 s warm-up" % (waiters, window))
+print()
+print("| call | per waiter per deadlock_timeout (1 s) |")
+print("| --- | ---: |")
+for c in sorted(calls):
+    print("| %s | %.2f |" % (c, per(calls[c])))
+checkin = calls.get("evalsha:checkin.lua", 0)
+det = checkin + calls.get("evalsha:waits.lua", 0) + calls.get("evalsha:mark.lua", 0)
+print()
+print("deadlock detection (checkin.lua, waits.lua, mark.lua): %.2f calls per waiter "
+      "per deadlock_timeout, %.2f of them beyond the check-in" % (per(det), per(det - checkin)))
 PY

@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * deadlock.c
- *	  A lock wait made visible, and deadlocks ended: the waiter rows of
- *	  redis_locks, the lock-wait logs of log_lock_waits, and the wait-for
- *	  graph across sessions, servers and clients, walked after
- *	  deadlock_timeout as PostgreSQL's deadlock checker walks its own.
+ *	  A lock wait made visible, and deadlocks ended: the lock-wait logs of
+ *	  log_lock_waits, the waiter's row (waiters.c) and its wait key in
+ *	  Redis, and the checks after deadlock_timeout, as PostgreSQL's
+ *	  deadlock checker runs its own: when to walk the wait-for graph
+ *	  (walk.c) and walk again, and the victim's 40P01.
  *
  * waiting.c calls rw_deadlock_tick each time an acquisition's try finds the
  * lock busy (the first such answer starts the wait) and rw_deadlock_wait_end
@@ -12,33 +13,44 @@
  * what is done here (Redis calls, logs, errors) never stands between a
  * Redis answer and the session's record of it.
  *
- * Shared memory (with the library preloaded): one entry per backend, the
- * lock it waits for, shown by redis_locks with granted = false and used by
- * redis_blocking_pids. Written at the start and end of a wait only.
- *
  * The wait-for graph (docs/protocol.md section 18). Once a wait has lasted
  * deadlock_timeout the waiter says in Redis what it waits for: the key
  * <prefix>:wait:{<owner>} holds "3 <mode> <nonce> <lock key>" (3 is the
  * protocol version, RW_PROTOCOL_VERSION), with a time to live of a few
- * deadlock_timeouts, written again (SET ... GET) once per deadlock_timeout
- * while the wait lasts; the GET answers whether another waiter marked it as
- * the victim of a deadlock meanwhile (mark.lua). Then it walks, once:
- * waits.lua on the lock it waits for names its blockers (holders, and
- * writers queued ahead); the wait key of each says what that
- * one waits for, and waits.lua there checks that it really does (its intent
- * or mark is live: a key left by a wait that ended or a lapsed lease is no
- * edge); and so on, hop by hop, each lock asked on the node that serves
- * it. A path back to the waiter is a cycle. It is walked once more, edge
- * by edge; if every edge still holds, the victim is the member with the
+ * deadlock_timeouts, written again by checkin.lua once per deadlock_timeout
+ * while the wait lasts (a script: EVAL is all it takes beyond the key
+ * commands every script runs, on any Redis the scripts run on); its answer,
+ * the old value, says whether another waiter marked it as the victim of a
+ * deadlock meanwhile (mark.lua). Then it walks: waits.lua on the lock it
+ * waits for names its blockers (holders, and writers queued ahead); the
+ * wait key of each says what that one waits for, and waits.lua there
+ * checks that it really does (its intent or mark is live: a key left by a
+ * wait that ended or a lapsed lease is no edge; a session of this server
+ * must also wait there by its row in shared memory); and so on, hop by
+ * hop, each lock asked on the node that serves it, every owner once. A
+ * path back to the waiter is a cycle. It is walked once more, edge by
+ * edge; if every edge still holds, the victim is the member with the
  * greatest owner id, the same whoever found the cycle: the finder fails
  * itself with 40P01 if it is the victim, else marks the victim's key. A
- * cycle closes when its last member starts to wait, and that one's walk
- * finds it; a walk is repeated each deadlock_timeout only when it met an
- * owner that does not walk itself (a client of another language, whose
- * owner id does not start with "pg:"), which may close a cycle later.
+ * marked victim walks again itself before it fails (the cycle may have
+ * broken meanwhile).
+ *
+ * A cycle closes when its last member starts to wait, and that one's walk
+ * finds it, if the walk completes. A check that could not complete (a call
+ * that failed, went unanswered or was refused with a redirection; a
+ * quorum's members too few to decide; a key and a lock that disagree; the
+ * hop limit; the walk's time) is never taken for "no cycle": it is done
+ * again after DL_RETRY_MIN_MS, doubled up to deadlock_timeout (dl_check).
+ * A permission Redis refuses is 42501, never a detection silently off. A
+ * walk that met an owner that does not walk itself (a client of another
+ * language, whose owner id does not start with "pg:") is repeated, each
+ * that met nothing new after twice the pause, up to DL_FOREIGN_MAX
+ * deadlock_timeouts. A check never outlasts half of the writer's intent
+ * (RW_INTENT_MS) renewed by the try before it, so detection never costs
+ * the waiter its place; the session's leases are renewed between hops.
  *
  * So a wait with no deadlock costs one Redis call per deadlock_timeout (the
- * key's SET), plus one walk. In quorum mode each call goes to every member
+ * check-in), plus one walk. In quorum mode each call goes to every member
  * that may be asked, and a wait key's value or an edge counts when a
  * majority of the members give it: a holder holds on a majority, while two
  * waiters that split the members are no edge.
@@ -51,42 +63,16 @@
 #include "miscadmin.h"
 #include "common/pg_prng.h"
 #include "lib/stringinfo.h"
-#include "storage/ipc.h"
-#include "storage/lwlock.h"
 #include "storage/proc.h"
-#include "storage/shmem.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#define DL_KEY_MAX		(RW_PREFIX_MAX + 3 * RW_NAME_MAX + 8)
-#define DL_MAX_OWNERS	64		/* owners a walk visits at most */
-#define DL_MAX_DEPTH	32		/* the longest cycle looked for */
-
-/* ---- shared memory: one entry per backend ---- */
-
-typedef struct DlEntry
-{
-	bool		in_use;
-	int			pid;
-	Oid			datid;
-	uint8		mode;
-	uint8		level;
-	TimestampTz waitstart;
-	char		owner[RW_OWNER_MAX];
-	char		key[DL_KEY_MAX];	/* the lock's hash key */
-	char		name[RW_NAME_MAX + 1];
-} DlEntry;
-
-typedef struct DlShared
-{
-	LWLock	   *lock;
-	int			n;
-	DlEntry		entries[FLEXIBLE_ARRAY_MEMBER];
-} DlShared;
-
-static DlShared *dl_shared = NULL;
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+#define DL_RETRY_MIN_MS	50		/* the first pause before an incomplete
+								 * check is repeated; doubled up to
+								 * deadlock_timeout */
+#define DL_FOREIGN_MAX	64		/* a walk that met foreign owners and
+								 * found nothing new is repeated after
+								 * up to this many deadlock_timeouts */
 
 /* ---- the wait of this session ---- */
 
@@ -98,11 +84,20 @@ static struct
 	RwLevel		level;
 	int64		start_ms;
 	TimestampTz start_ts;		/* for the logs' microseconds */
-	bool		published;		/* in shared memory */
 	bool		checked;		/* deadlock_timeout passed: logged, walked */
 	bool		keyed;			/* our wait key was written */
-	bool		rewalk;			/* walk again at each check-in */
-	int64		next_ms;		/* next check-in */
+	int64		next_ms;		/* next check */
+	int64		checkin_ms;		/* next check-in due */
+	int64		check_until;	/* the check in progress ends by then */
+	bool		checkin_gap;	/* the last check-in was not confirmed */
+	bool		walk_gap;		/* the last walk was incomplete */
+	bool		marked;			/* another waiter marked us the victim */
+	bool		lapsed;			/* our key or intent may have lapsed */
+	int64		retry_ms;		/* pause before an incomplete check again */
+	bool		foreign;		/* the last walk met foreign owners */
+	uint32		seen;			/* ... and what it met */
+	int64		foreign_ms;		/* when to walk again for them */
+	int64		foreign_gap;	/* ... the pause, doubled while nothing new */
 	char	   *name;
 	char	   *lock_key;
 	char	   *wait_key;
@@ -112,143 +107,6 @@ static struct
 
 static MemoryContext dl_cxt = NULL;
 static RwLevel dl_next_level = RW_SESSION;
-
-/* One hop of a walk: `owner` waits for `key` in `mode`, blocked by next. */
-typedef struct DlHop
-{
-	char	   *owner;
-	char	   *as;				/* the owner that waits in the lock: owner,
-								 * or another of the same task (a client's
-								 * holder waiting through a new owner id) */
-	char	   *value;			/* its wait key's value (ours: dl.value) */
-	char		mode;			/* 'r' or 'w' */
-	char	   *key;
-} DlHop;
-
-/* ---------------------------------------------------------------------
- * Shared memory
- * --------------------------------------------------------------------- */
-
-static Size
-dl_shmem_size(void)
-{
-	return add_size(offsetof(DlShared, entries),
-					mul_size(sizeof(DlEntry), MaxBackends));
-}
-
-static void
-dl_shmem_request(void)
-{
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(dl_shmem_size());
-	RequestNamedLWLockTranche("rwlock waits", 1);
-}
-
-static void
-dl_shmem_startup(void)
-{
-	bool		found;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	dl_shared = ShmemInitStruct("rwlock waits", dl_shmem_size(), &found);
-	if (!found)
-	{
-		dl_shared->lock = &(GetNamedLWLockTranche("rwlock waits"))->lock;
-		dl_shared->n = MaxBackends;
-		for (int i = 0; i < MaxBackends; i++)
-			dl_shared->entries[i].in_use = false;
-	}
-	LWLockRelease(AddinShmemInitLock);
-}
-
-/* In _PG_init: room in shared memory, when the library is preloaded. */
-void
-rw_deadlock_init(void)
-{
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = dl_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = dl_shmem_startup;
-}
-
-static DlEntry *
-dl_my_entry(void)
-{
-	if (dl_shared == NULL || MyProc == NULL || MyProc->pgprocno < 0 ||
-		MyProc->pgprocno >= dl_shared->n)
-		return NULL;
-	return &dl_shared->entries[MyProc->pgprocno];
-}
-
-static void
-dl_publish(TimestampTz since)
-{
-	DlEntry    *e = dl_my_entry();
-
-	if (e == NULL)
-		return;
-	LWLockAcquire(dl_shared->lock, LW_EXCLUSIVE);
-	e->pid = MyProcPid;
-	e->datid = MyDatabaseId;
-	e->mode = dl.mode;
-	e->level = dl.level;
-	e->waitstart = since;
-	strlcpy(e->owner, rw_owner_id(), sizeof(e->owner));
-	strlcpy(e->key, dl.lock_key, sizeof(e->key));
-	strlcpy(e->name, dl.name, sizeof(e->name));
-	e->in_use = true;
-	LWLockRelease(dl_shared->lock);
-	dl.published = true;
-}
-
-static void
-dl_unpublish(void)
-{
-	DlEntry    *e = dl_my_entry();
-
-	if (e == NULL || !dl.published)
-		return;
-	LWLockAcquire(dl_shared->lock, LW_EXCLUSIVE);
-	e->in_use = false;
-	LWLockRelease(dl_shared->lock);
-	dl.published = false;
-}
-
-/* The waiting sessions of this server, for redis_locks. */
-int
-rw_deadlock_waiters(RwWaiterRow **rows)
-{
-	int			n = 0;
-
-	*rows = NULL;
-	if (dl_shared == NULL)
-		return 0;
-	*rows = palloc(sizeof(RwWaiterRow) * (dl_shared->n + 1));
-	LWLockAcquire(dl_shared->lock, LW_SHARED);
-	for (int i = 0; i < dl_shared->n; i++)
-	{
-		DlEntry    *e = &dl_shared->entries[i];
-		RwWaiterRow *r = &(*rows)[n];
-
-		if (!e->in_use)
-			continue;
-		r->pid = e->pid;
-		r->datid = e->datid;
-		r->mode = (RwMode) e->mode;
-		r->level = (RwLevel) e->level;
-		r->waitstart = e->waitstart;
-		r->owner = pstrdup(e->owner);
-		r->name = pstrdup(e->name);
-		n++;
-	}
-	LWLockRelease(dl_shared->lock);
-	return n;
-}
 
 /* ---------------------------------------------------------------------
  * Owners and keys
@@ -306,295 +164,28 @@ dl_name_of_key(const char *key)
 	return buf.data;
 }
 
-/* <prefix>:wait:{<owner>}, braces in the owner percent-encoded. */
-static char *
-dl_wait_key_of(const char *owner)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "%s:wait:{", rw_key_prefix);
-	for (const char *p = owner; *p; p++)
-	{
-		if (*p == '%')
-			appendStringInfoString(&buf, "%25");
-		else if (*p == '{')
-			appendStringInfoString(&buf, "%7B");
-		else if (*p == '}')
-			appendStringInfoString(&buf, "%7D");
-		else
-			appendStringInfoChar(&buf, *p);
-	}
-	appendStringInfoChar(&buf, '}');
-	return buf.data;
-}
-
-/* Keys for routing and waits.lua: the hash and its queue. */
-static void
-dl_keys_of(const char *key, RwKeys *keys)
-{
-	keys->key[0] = (char *) key;
-	keys->len[0] = strlen(key);
-	keys->key[1] = psprintf("%s:q", key);
-	keys->len[1] = keys->len[0] + 2;
-	keys->channel = NULL;
-	keys->channel_len = 0;
-}
-
-/*
- * Parse a wait key's value "3 <r|w> <nonce>[@<owner>] <lock key>", 3 being
- * RW_PROTOCOL_VERSION: false if it is of another protocol version (ignored:
- * no edge), marked, or malformed. *as: the owner after '@', which waits in
- * the lock on behalf of the key's owner (a client's task holding with one
- * owner id and waiting with another); else NULL.
- */
-static bool
-dl_parse_value(const char *value, char *mode, char **key, char **as)
-{
-	const char *p;
-	const char *nonce;
-	const char *at;
-
-	if (strncmp(value, RW_PROTOCOL_VERSION " ", strlen(RW_PROTOCOL_VERSION) + 1) != 0)
-		return false;
-	p = value + strlen(RW_PROTOCOL_VERSION) + 1;
-	if ((p[0] != 'r' && p[0] != 'w') || p[1] != ' ')
-		return false;
-	*mode = p[0];
-	nonce = p + 2;
-	p = strchr(nonce, ' ');
-	if (p == NULL || p[1] == '\0')
-		return false;
-	at = memchr(nonce, '@', p - nonce);
-	*as = at ? pnstrdup(at + 1, p - at - 1) : NULL;
-	*key = pstrdup(p + 1);
-	return true;
-}
-
 /* ---------------------------------------------------------------------
- * Redis calls of the walk; each false on any failure (no edge then)
+ * Our wait key
  * --------------------------------------------------------------------- */
 
-/* A failure that is an interrupt is served; any other just ends the walk. */
-static void
-dl_failed(RwConn *conn, RwError *err)
-{
-	if (err->kind == RW_ERR_INTERRUPTED)
-		rw_raise(conn, err);
-}
-
 /*
- * The connections a call of the walk goes to for `key`: the one that serves
- * it, or in quorum mode each member that may be asked now (member[k] says
- * which). *need: how many answers must agree, a majority of a quorum's
- * members, else 1.
- */
-static int
-dl_conns(const char *key, RwConn **conns, int *member, int *need)
-{
-	int			n = rw_quorum_size(dl.node);
-	int			k = 0;
-	RwKeys		keys;
-
-	if (n == 0)
-	{
-		dl_keys_of(key, &keys);
-		conns[0] = rw_cluster_cmd(dl.node, &keys);
-		pfree(keys.key[1]);
-		member[0] = -1;
-		*need = 1;
-		return 1;
-	}
-	for (int i = 0; i < n; i++)
-		if (rw_quorum_may_ask(dl.node, i))
-		{
-			conns[k] = &rw_quorum_member(dl.node, i)->cmd;
-			member[k++] = i;
-		}
-	*need = rw_quorum_majority(dl.node);
-	return k;
-}
-
-/* A failure that is an interrupt is served; a quorum's member is left alone. */
-static void
-dl_failed_at(RwConn *conn, int member, RwError *err)
-{
-	if (member >= 0)
-		rw_quorum_failed(dl.node, member, err);
-	dl_failed(conn, err);
-}
-
-/*
- * One plain command on each connection for `key` (dl_conns); replies[k] is
- * NULL where it failed or answered an error. Returns how many connections.
- */
-static int
-dl_command(const char *key, int argc, const char **argv, redisReply **replies,
-		   int *need)
-{
-	RwConn	   *conns[RW_QUORUM_MAX];
-	int			member[RW_QUORUM_MAX];
-	int			n = dl_conns(key, conns, member, need);
-	size_t		lens[8];
-	RwError		err;
-
-	for (int i = 0; i < argc; i++)
-		lens[i] = strlen(argv[i]);
-	for (int k = 0; k < n; k++)
-	{
-		replies[k] = NULL;
-		if (!rw_conn_ensure(conns[k], &err))
-		{
-			dl_failed_at(conns[k], member[k], &err);
-			continue;
-		}
-		rw_append(conns[k], argc, argv, lens, NULL);
-		if (!rw_exchange(conns[k], 1, &replies[k], &err))
-		{
-			replies[k] = NULL;
-			dl_failed_at(conns[k], member[k], &err);
-			continue;
-		}
-		if (replies[k]->type == REDIS_REPLY_ERROR)
-		{
-			freeReplyObject(replies[k]);
-			replies[k] = NULL;
-		}
-	}
-	return n;
-}
-
-/* The value of an owner's wait key (held by a majority of a quorum), or NULL. */
-static char *
-dl_get_wait(const char *owner)
-{
-	char	   *wkey = dl_wait_key_of(owner);
-	const char *argv[2] = {"GET", wkey};
-	redisReply *r[RW_QUORUM_MAX];
-	int			need;
-	int			n = dl_command(wkey, 2, argv, r, &need);
-	char	   *v = NULL;
-
-	for (int k = 0; k < n && v == NULL; k++)
-	{
-		int			same = 0;
-
-		if (r[k] == NULL || r[k]->type != REDIS_REPLY_STRING)
-			continue;
-		for (int j = k; j < n; j++)
-			same += r[j] != NULL && r[j]->type == REDIS_REPLY_STRING &&
-				r[j]->len == r[k]->len && memcmp(r[j]->str, r[k]->str, r[k]->len) == 0;
-		if (same >= need)
-			v = pnstrdup(r[k]->str, r[k]->len);
-	}
-	for (int k = 0; k < n; k++)
-		if (r[k] != NULL)
-			freeReplyObject(r[k]);
-	return v;
-}
-
-/* Count an owner among a quorum's answers: the first seen are kept first. */
-static void
-dl_tally(char ***owners, int **counts, int *n, const char *str, size_t len)
-{
-	for (int i = 0; i < *n; i++)
-		if (strlen((*owners)[i]) == len && memcmp((*owners)[i], str, len) == 0)
-		{
-			(*counts)[i]++;
-			return;
-		}
-	(*owners)[*n] = pnstrdup(str, len);
-	(*counts)[(*n)++] = 1;
-}
-
-/*
- * waits.lua: whether `owner` waits for the lock `key` in `mode` now, and
- * whom it waits for; in quorum mode, what a majority of the members says.
- * -1 when Redis could not say.
- */
-static int
-dl_blockers_of(const char *key, const char *owner, char mode, char ***out,
-			   int *nout)
-{
-	RwKeys		keys;
-	RwConn	   *conns[RW_QUORUM_MAX];
-	int			member[RW_QUORUM_MAX];
-	int			need;
-	int			n;
-	char		m[2] = {mode, '\0'};
-	const char *args[3] = {RW_PROTOCOL_VERSION, owner, m};
-	int			answered = 0,
-				live = 0,
-				ncand = 0,
-				cap = 0;
-	char	  **cand = NULL;
-	int		   *count = NULL;
-
-	*nout = 0;
-	*out = NULL;
-	dl_keys_of(key, &keys);
-	n = dl_conns(key, conns, member, &need);
-	for (int k = 0; k < n; k++)
-	{
-		RwScriptCall call;
-		redisReply *r = NULL;
-		RwError		err;
-
-		rw_script_prepare(&call, RW_SCRIPT_WAITS, RW_NKEYS,
-						  (const char *const *) keys.key, keys.len, 3, args);
-		if (!rw_script_run(conns[k], &call, 1, &r, &err))
-		{
-			dl_failed_at(conns[k], member[k], &err);
-			continue;
-		}
-		if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-			r->element[0]->type != REDIS_REPLY_INTEGER)
-		{
-			freeReplyObject(r);
-			continue;
-		}
-		answered++;
-		if (r->element[0]->integer == 1)
-		{
-			live++;
-			cand = cand ? repalloc(cand, sizeof(char *) * (cap + r->elements))
-				: palloc(sizeof(char *) * r->elements);
-			count = count ? repalloc(count, sizeof(int) * (cap + r->elements))
-				: palloc(sizeof(int) * r->elements);
-			cap += r->elements;
-			for (size_t i = 1; i < r->elements; i++)
-				if (r->element[i]->type == REDIS_REPLY_STRING)
-					dl_tally(&cand, &count, &ncand, r->element[i]->str,
-							 r->element[i]->len);
-		}
-		freeReplyObject(r);
-	}
-	if (answered == 0)
-		return -1;
-	if (live < need)
-		return 0;
-	*out = palloc(sizeof(char *) * Max(ncand, 1));
-	for (int i = 0; i < ncand; i++)
-		if (count[i] >= need)
-			(*out)[(*nout)++] = cand[i];
-	return 1;
-}
-
-/*
- * Write our wait key (SET ... PX ... GET), on every member of a quorum:
- * true if an old value was a mark of our wait, whose cycle is then kept in
- * dl.victim_detail.
+ * Write our wait key (checkin.lua), on every member of a quorum. Sets
+ * dl.marked (with the cycle in dl.victim_detail) when an old value was a
+ * mark of our wait, dl.lapsed when our key was gone (it expired while this
+ * session did not run: others may have walked past us meanwhile). False
+ * when too few members confirmed it: the check is incomplete.
  */
 static bool
 dl_check_in(void)
 {
-	char		px[16];
-	const char *argv[6] = {"SET", dl.wait_key, dl.value, "PX", px, "GET"};
-	redisReply *r[RW_QUORUM_MAX];
-	int			need;
-	int			n;
+	char		px[24];
+	const char *k[1] = {dl.wait_key};
+	size_t		klen[1] = {strlen(dl.wait_key)};
+	const char *args[3] = {RW_PROTOCOL_VERSION, dl.value, px};
+	RwFan		f;
 	size_t		vlen = strlen(dl.value);
-	bool		victim = false;
+	int			confirmed = 0;
+	bool		had_key = dl.keyed;
 
 	/*
 	 * It outlives the checks that write it again, every deadlock_timeout; in
@@ -603,22 +194,27 @@ dl_check_in(void)
 	 */
 	snprintf(px, sizeof(px), INT64_FORMAT,
 			 Max((int64) 3 * DeadlockTimeout, (int64) 2 * RW_INTENT_MS));
-	n = dl_command(dl.wait_key, 6, argv, r, &need);
-	for (int k = 0; k < n; k++)
+	rw_fan_script(&f, dl.node, RW_SCRIPT_CHECKIN, 1, k, klen, 3, args);
+	for (int i = 0; i < f.n; i++)
 	{
-		if (r[k] == NULL)
+		redisReply *r = f.r[i];
+
+		if (r == NULL)
 			continue;
+		confirmed++;
 		dl.keyed = true;
-		if (!victim && r[k]->type == REDIS_REPLY_STRING && r[k]->len > vlen + 1 &&
-			r[k]->str[0] == '!' && memcmp(r[k]->str + 1, dl.value, vlen) == 0 &&
-			r[k]->str[vlen + 1] == '\n')
+		if (r->type == REDIS_REPLY_NIL && had_key)
+			dl.lapsed = true;
+		if (!dl.marked && r->type == REDIS_REPLY_STRING && r->len > vlen + 1 &&
+			r->str[0] == '!' && memcmp(r->str + 1, dl.value, vlen) == 0 &&
+			r->str[vlen + 1] == '\n')
 		{
-			dl.victim_detail = MemoryContextStrdup(dl_cxt, r[k]->str + vlen + 2);
-			victim = true;
+			dl.victim_detail = MemoryContextStrdup(dl_cxt, r->str + vlen + 2);
+			dl.marked = true;
 		}
-		freeReplyObject(r[k]);
 	}
-	return victim;
+	rw_fan_free(&f);
+	return confirmed >= f.need;
 }
 
 /* Take our wait key away, without waiting for the answers. Never throws. */
@@ -627,7 +223,6 @@ dl_drop_key(void)
 {
 	RwConn	   *conns[RW_QUORUM_MAX];
 	int			member[RW_QUORUM_MAX];
-	int			need;
 	int			n;
 	const char *argv[2] = {"DEL", dl.wait_key};
 	size_t		lens[2] = {3, strlen(dl.wait_key)};
@@ -636,7 +231,7 @@ dl_drop_key(void)
 	if (!dl.keyed)
 		return;
 	dl.keyed = false;
-	n = dl_conns(dl.wait_key, conns, member, &need);
+	n = rw_fan_conns(dl.node, dl.wait_key, conns, member);
 	for (int k = 0; k < n; k++)
 	{
 		if (conns[k]->ctx == NULL)
@@ -647,127 +242,8 @@ dl_drop_key(void)
 }
 
 /* ---------------------------------------------------------------------
- * The walk
+ * Messages
  * --------------------------------------------------------------------- */
-
-typedef struct DlWalk
-{
-	DlHop		path[DL_MAX_DEPTH];
-	int			depth;
-	char	   *visited[DL_MAX_OWNERS];
-	int			nvisited;
-	bool		foreign;		/* met an owner that does not walk itself */
-	char	  **first_blockers; /* ours, for the log */
-	int			nfirst;
-} DlWalk;
-
-static bool
-dl_visited(DlWalk *w, const char *owner)
-{
-	for (int i = 0; i < w->nvisited; i++)
-		if (strcmp(w->visited[i], owner) == 0)
-			return true;
-	return false;
-}
-
-/*
- * Depth first from path[depth - 1]: true when a blocker is us, the cycle
- * then being path[0 .. depth - 1].
- */
-static bool
-dl_search(DlWalk *w)
-{
-	DlHop	   *hop = &w->path[w->depth - 1];
-	char	  **blockers;
-	int			n;
-
-	if (dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n) <= 0)
-		return false;
-	if (w->depth == 1)
-	{
-		w->first_blockers = blockers;
-		w->nfirst = n;
-	}
-	for (int i = 0; i < n; i++)
-	{
-		char	   *b = blockers[i];
-		char	   *value;
-		DlHop	   *next;
-
-		if (strcmp(b, rw_owner_id()) == 0)
-			return true;
-		if (dl_visited(w, b) || w->nvisited == DL_MAX_OWNERS)
-			continue;
-		w->visited[w->nvisited++] = b;
-		if (strncmp(b, "pg:", 3) != 0)
-			w->foreign = true;
-		if (w->depth == DL_MAX_DEPTH || (value = dl_get_wait(b)) == NULL)
-			continue;
-		next = &w->path[w->depth];
-		if (!dl_parse_value(value, &next->mode, &next->key, &next->as))
-			continue;
-		next->owner = b;
-		if (next->as == NULL)
-			next->as = b;
-		else if (strncmp(next->as, "pg:", 3) != 0)
-			w->foreign = true;
-		next->value = value;
-		w->depth++;
-		if (dl_search(w))
-			return true;
-		w->depth--;
-	}
-	return false;
-}
-
-/* Every edge of the cycle once more: still there? */
-static bool
-dl_recheck(DlWalk *w)
-{
-	for (int i = 0; i < w->depth; i++)
-	{
-		DlHop	   *hop = &w->path[i];
-		const char *next = i + 1 < w->depth ? w->path[i + 1].owner : rw_owner_id();
-		char	  **blockers;
-		int			n;
-		bool		found = false;
-
-		if (i > 0)
-		{
-			char	   *value = dl_get_wait(hop->owner);
-
-			if (value == NULL || strcmp(value, hop->value) != 0)
-				return false;
-		}
-		if (dl_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n) <= 0)
-			return false;
-		for (int j = 0; j < n && !found; j++)
-			found = strcmp(blockers[j], next) == 0;
-		if (!found)
-			return false;
-	}
-	return true;
-}
-
-/*
- * The cycle as the mark carries it: one line per hop,
- * "<owner> <mode> <blocker> <lock key>", the key last (it may hold spaces).
- */
-static char *
-dl_encode_cycle(DlWalk *w)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	for (int i = 0; i < w->depth; i++)
-	{
-		const char *next = i + 1 < w->depth ? w->path[i + 1].owner : w->path[0].owner;
-
-		appendStringInfo(&buf, "%s%s %c %s %s", i > 0 ? "\n" : "",
-						 w->path[i].owner, w->path[i].mode, next, w->path[i].key);
-	}
-	return buf.data;
-}
 
 /* The DETAIL of 40P01, as the server words its own, from an encoded cycle. */
 static char *
@@ -809,50 +285,6 @@ dl_describe_cycle(const char *encoded)
 	return buf.data;
 }
 
-/* The member of the cycle every finder picks: the greatest owner id. */
-static int
-dl_victim(DlWalk *w)
-{
-	int			v = 0;
-
-	for (int i = 1; i < w->depth; i++)
-		if (strcmp(w->path[i].owner, w->path[v].owner) > 0)
-			v = i;
-	return v;
-}
-
-/*
- * Mark another member as the victim (mark.lua), on every member of a
- * quorum whose key still holds the value read; it fails at its check-in.
- */
-static void
-dl_mark(DlHop *victim, const char *cycle)
-{
-	char	   *wkey = dl_wait_key_of(victim->owner);
-	RwConn	   *conns[RW_QUORUM_MAX];
-	int			member[RW_QUORUM_MAX];
-	int			need;
-	int			n = dl_conns(wkey, conns, member, &need);
-	const char *args[3] = {RW_PROTOCOL_VERSION, victim->value, cycle};
-	const char *k[1] = {wkey};
-	size_t		klen[1] = {strlen(wkey)};
-
-	for (int i = 0; i < n; i++)
-	{
-		RwScriptCall call;
-		redisReply *r = NULL;
-		RwError		err;
-
-		rw_script_prepare(&call, RW_SCRIPT_MARK, 1, k, klen, 3, args);
-		if (!rw_script_run(conns[i], &call, 1, &r, &err))
-		{
-			dl_failed_at(conns[i], member[i], &err);
-			continue;
-		}
-		freeReplyObject(r);
-	}
-}
-
 /* Holders and queued writers ahead, as the still-waiting log lists them. */
 static char *
 dl_describe_blockers(char **owners, int n)
@@ -888,36 +320,6 @@ dl_log(const char *what, char **owners, int n)
 						dl.name, ms)));
 }
 
-/* Walk from our wait; true when we are a cycle's victim. */
-static bool
-dl_walk(bool log)
-{
-	DlWalk		w;
-	bool		cycle;
-	int			v;
-
-	memset(&w, 0, sizeof(w));
-	w.path[0].owner = w.path[0].as = (char *) rw_owner_id();
-	w.path[0].value = dl.value;
-	w.path[0].mode = dl.mode == RW_WRITE ? 'w' : 'r';
-	w.path[0].key = dl.lock_key;
-	w.depth = 1;
-	cycle = dl_search(&w);
-	if (log)
-		dl_log("still waiting for", w.first_blockers, w.nfirst);
-	dl.rewalk = w.foreign;
-	if (!cycle || !dl_recheck(&w))
-		return false;
-	v = dl_victim(&w);
-	if (v == 0)
-	{
-		dl.victim_detail = MemoryContextStrdup(dl_cxt, dl_encode_cycle(&w));
-		return true;
-	}
-	dl_mark(&w.path[v], dl_encode_cycle(&w));
-	return false;
-}
-
 /* ---------------------------------------------------------------------
  * The wait, from waiting.c
  * --------------------------------------------------------------------- */
@@ -943,58 +345,143 @@ dl_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode)
 	dl.level = dl_next_level;
 	dl.start_ms = rw_now_ms();
 	dl.start_ts = GetCurrentTimestamp();
-	dl.checked = dl.keyed = dl.rewalk = false;
+	dl.checked = dl.keyed = false;
+	dl.checkin_gap = dl.walk_gap = dl.marked = dl.lapsed = dl.foreign = false;
+	dl.retry_ms = 0;
+	dl.seen = 0;
+	dl.foreign_gap = 0;
 	dl.victim_detail = NULL;
-	dl.next_ms = dl.start_ms + DeadlockTimeout;
+	dl.next_ms = dl.checkin_ms = dl.start_ms + DeadlockTimeout;
 	dl.name = MemoryContextStrdup(dl_cxt, name);
 	dl.lock_key = MemoryContextStrdup(dl_cxt, keys->key[0]);
 	{
 		MemoryContext old = MemoryContextSwitchTo(dl_cxt);
 
-		dl.wait_key = dl_wait_key_of(rw_owner_id());
+		dl.wait_key = rw_wait_key_of(rw_owner_id());
 		dl.value = psprintf("%s %c %08x %s", RW_PROTOCOL_VERSION,
 							mode == RW_WRITE ? 'w' : 'r', nonce, keys->key[0]);
 		MemoryContextSwitchTo(old);
 	}
 	dl.active = true;
 	rw_stat_add(RW_STAT_WAITS, 1);
-	dl_publish(dl.start_ts);
+	rw_waiters_publish(dl.mode, dl.level, dl.start_ts, dl.lock_key, dl.name);
+}
+
+/*
+ * One check: our wait key written (when due, or not confirmed last time),
+ * and a walk when one is owed: the first check's; one that was incomplete;
+ * one asked for by a mark (a victim re-checks its cycle before it fails);
+ * one after our key lapsed or this session did not run for a while (others
+ * may have walked past us meanwhile); and, with foreign owners met, one
+ * now and then (each that finds nothing new doubles the pause, up to
+ * DL_FOREIGN_MAX deadlock_timeouts). Whatever is incomplete is done again
+ * after a pause (DL_RETRY_MIN_MS, doubled up to deadlock_timeout). True
+ * when this session is a cycle's victim.
+ */
+static bool
+dl_check(int64 now)
+{
+	bool		gap = false;
+	bool		victim = false;
+	int64		cap;
+
+	if (dl.checked && now - dl.next_ms > RW_INTENT_MS / 2)
+		dl.lapsed = true;
+
+	/*
+	 * The try just before renewed our intent or mark: neither this check's
+	 * calls nor its walk may outlast half of it (the walk stops there, with
+	 * a gap). A node that failed before is tried again: a new call.
+	 */
+	dl.check_until = now + RW_INTENT_MS / 2;
+	cap = rw_conn_tighten(dl.check_until);
+	rw_call_again();
+	if (now >= dl.checkin_ms || dl.checkin_gap)
+	{
+		dl.checkin_gap = !dl_check_in();
+		if (!dl.checkin_gap)
+			dl.checkin_ms = now + DeadlockTimeout;
+		gap |= dl.checkin_gap;
+	}
+	if (!dl.checked || dl.walk_gap || dl.marked || dl.lapsed ||
+		(dl.foreign && now >= dl.foreign_ms))
+	{
+		RwWalkFrom	from = {dl.node, dl.value, dl.mode == RW_WRITE ? 'w' : 'r',
+		dl.lock_key, dl.check_until};
+		uint32		seen;
+		bool		foreign;
+		char	   *cycle = NULL;
+		char	  **first = NULL;
+		int			nfirst = 0;
+		RwWalkResult r = rw_walk(&from, &seen, &foreign, &cycle, &first, &nfirst);
+
+		if (log_lock_waits && !dl.checked)
+			dl_log("still waiting for", first, nfirst);
+		dl.walk_gap = r == RW_WALK_INCOMPLETE;
+		gap |= dl.walk_gap;
+		if (r == RW_WALK_VICTIM)
+		{
+			dl.victim_detail = MemoryContextStrdup(dl_cxt, cycle);
+			victim = true;
+		}
+		else if (!dl.walk_gap)
+		{
+			dl.marked = dl.lapsed = false;
+			if (foreign && dl.foreign && seen == dl.seen)
+				dl.foreign_gap = Min(dl.foreign_gap * 2,
+									 (int64) DL_FOREIGN_MAX * DeadlockTimeout);
+			else
+				dl.foreign_gap = DeadlockTimeout;
+			dl.foreign = foreign;
+			dl.seen = seen;
+			dl.foreign_ms = rw_now_ms() + dl.foreign_gap;
+		}
+	}
+	else if (!dl.checked && log_lock_waits)
+		dl_log("still waiting for", NULL, 0);
+	dl.checked = true;
+	rw_conn_restore(cap);
+
+	now = rw_now_ms();
+	dl.next_ms = dl.checkin_ms;
+	if (dl.foreign)
+		dl.next_ms = Min(dl.next_ms, dl.foreign_ms);
+	if (gap)
+	{
+		dl.retry_ms = dl.retry_ms == 0 ? DL_RETRY_MIN_MS : dl.retry_ms * 2;
+		dl.retry_ms = Min(dl.retry_ms, DeadlockTimeout);
+		dl.next_ms = Min(dl.next_ms, now + dl.retry_ms);
+	}
+	else
+		dl.retry_ms = 0;
+	return victim;
 }
 
 /*
  * The lock was busy at a try: start the wait (the first time), and after
  * deadlock_timeout log it (log_lock_waits), say in Redis what we wait for,
- * and walk. *sleep_ms is lowered to wake for the next check. True when this
- * session is the victim of a deadlock: the caller ends the wait (withdrawing
- * its intent or mark) and calls rw_deadlock_report.
+ * and walk (dl_check). *sleep_ms is lowered to wake for the next check.
+ * True when this session is the victim of a deadlock: the caller ends the
+ * wait (withdrawing its intent or mark) and calls rw_deadlock_report.
  */
 bool
 rw_deadlock_tick(RwNode *node, const RwKeys *keys, const char *name,
 				 RwMode mode, int64 *sleep_ms)
 {
-	int64		now;
 	bool		victim = false;
-	MemoryContext old;
 
 	if (!dl.active)
 		dl_begin(node, keys, name, mode);
-	now = rw_now_ms();
-	if (now >= dl.next_ms && DeadlockTimeout > 0)
+	if (DeadlockTimeout > 0 && rw_now_ms() >= dl.next_ms)
 	{
 		/* What a check allocates goes with it: a wait may last for hours. */
 		MemoryContext check_cxt = AllocSetContextCreate(dl_cxt, "rwlock deadlock check",
 														ALLOCSET_SMALL_SIZES);
+		MemoryContext old = MemoryContextSwitchTo(check_cxt);
 
-		old = MemoryContextSwitchTo(check_cxt);
-		victim = dl_check_in();
-		if (!victim && (!dl.checked || dl.rewalk))
-			victim = dl_walk(log_lock_waits && !dl.checked);
-		else if (!dl.checked && log_lock_waits)
-			dl_log("still waiting for", NULL, 0);
-		dl.checked = true;
+		victim = dl_check(rw_now_ms());
 		MemoryContextSwitchTo(old);
 		MemoryContextDelete(check_cxt);
-		dl.next_ms = rw_now_ms() + DeadlockTimeout;
 	}
 	if (victim)
 		return true;
@@ -1018,7 +505,7 @@ rw_deadlock_wait_end(bool granted)
 	waited = rw_now_ms() - dl.start_ms;
 	rw_stat_add(RW_STAT_WAIT_MS, (uint64) Max(waited, 0));
 	rw_stat_max(RW_STAT_WAIT_MAX_MS, (uint64) Max(waited, 0));
-	dl_unpublish();
+	rw_waiters_unpublish();
 	dl_drop_key();
 	if (granted && dl.checked && log_lock_waits)
 		dl_log("acquired", NULL, 0);
@@ -1051,33 +538,14 @@ rw_deadlock_report(void)
 bool
 rw_deadlock_blockers(int pid, char ***owners, int *nowners)
 {
-	char		key[DL_KEY_MAX];
-	char		owner[RW_OWNER_MAX];
-	char		mode = 0;
-	RwNode	   *saved = dl.node;
-	int			live;
+	char	   *key;
+	char	   *owner;
+	char		mode;
 
 	*owners = NULL;
 	*nowners = 0;
-	if (dl_shared == NULL)
+	if (!rw_waiters_find(pid, &key, &owner, &mode))
 		return false;
-	LWLockAcquire(dl_shared->lock, LW_SHARED);
-	for (int i = 0; i < dl_shared->n && mode == 0; i++)
-	{
-		DlEntry    *e = &dl_shared->entries[i];
-
-		if (e->in_use && e->pid == pid)
-		{
-			mode = e->mode == RW_WRITE ? 'w' : 'r';
-			strlcpy(key, e->key, sizeof(key));
-			strlcpy(owner, e->owner, sizeof(owner));
-		}
-	}
-	LWLockRelease(dl_shared->lock);
-	if (mode == 0)
-		return false;
-	dl.node = rw_current_node();
-	live = dl_blockers_of(key, owner, mode, owners, nowners);
-	dl.node = saved;
-	return live > 0;
+	return rw_walk_blockers(rw_current_node(), key, owner, mode, owners,
+							nowners);
 }

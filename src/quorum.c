@@ -794,87 +794,29 @@ quorum_role(RwLockInfo *view, int role, char ***owners, int64 **ms)
 	return role == 1 ? view->nreaders : view->nwaiting;
 }
 
-/* Where owner is in a role's list of a view, or -1. */
-static int
-quorum_find(RwLockInfo *view, int role, const char *owner)
-{
-	char	  **owners;
-	int64	   *ms;
-	int			n = quorum_role(view, role, &owners, &ms);
-
-	for (int k = 0; k < n; k++)
-		if (strcmp(owners[k], owner) == 0)
-			return k;
-	return -1;
-}
-
-static int
-quorum_cmp_desc(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a,
-				y = *(const int64 *) b;
-
-	return x > y ? -1 : x < y ? 1 : 0;
-}
-
 /*
  * The owners that a majority of the views (use[i]) list in a role, in the
  * order the first view listing each has them, each with the time until
  * fewer than a majority would list it: the majority-th longest of the
- * times the views give. Returns how many.
+ * times the views give (fanout.c's tally). Returns how many.
  */
 static int
 quorum_agreed(RwNode *node, RwLockInfo *views, const bool *use, int role,
 			  char ***owners_out, int64 **ms_out)
 {
-	int			nq = node->quorum->n;
-	int			maj = rw_quorum_majority(node);
-	int			room = 1,
-				found = 0;
+	RwTally		t;
 
-	for (int i = 0; i < nq; i++)
-	{
-		char	  **o;
-		int64	   *m;
-
-		if (use[i])
-			room += quorum_role(&views[i], role, &o, &m);
-	}
-	*owners_out = palloc(sizeof(char *) * room);
-	*ms_out = palloc(sizeof(int64) * room);
-	for (int i = 0; i < nq; i++)
+	rw_tally_init(&t);
+	for (int i = 0; i < node->quorum->n; i++)
 	{
 		char	  **owners;
 		int64	   *ms;
 		int			n = use[i] ? quorum_role(&views[i], role, &owners, &ms) : 0;
 
 		for (int k = 0; k < n; k++)
-		{
-			int64		times[RW_QUORUM_MAX];
-			int			listed = 0;
-			bool		seen = false;
-
-			for (int j = 0; j < found && !seen; j++)
-				seen = strcmp((*owners_out)[j], owners[k]) == 0;
-			for (int j = i; j < nq && !seen; j++)
-			{
-				int			at = use[j] ? quorum_find(&views[j], role, owners[k]) : -1;
-				char	  **jo;
-				int64	   *jm;
-
-				if (at < 0)
-					continue;
-				(void) quorum_role(&views[j], role, &jo, &jm);
-				times[listed++] = jm[at];
-			}
-			if (seen || listed < maj)
-				continue;
-			qsort(times, listed, sizeof(int64), quorum_cmp_desc);
-			(*owners_out)[found] = owners[k];
-			(*ms_out)[found++] = times[maj - 1];
-		}
+			rw_tally_add(&t, owners[k], strlen(owners[k]), ms[k]);
 	}
-	return found;
+	return rw_tally_agreed(&t, rw_quorum_majority(node), owners_out, ms_out);
 }
 
 /*

@@ -10,7 +10,7 @@
  *	  introspect.c the SQL entry points that ask Redis: redis_lock_info,
  *	               redis_connection_info (with functions.c's rw_name_arg);
  *	               redis_lock_stats, from stats.c; redis_locks (holders
- *	               from holdtable.c, waiters from deadlock.c) and the
+ *	               from holdtable.c, waiters from waiters.c) and the
  *	               blockers functions, from deadlock.c
  *	  keeper.c     the background workers (the keeper, a renewer per Redis
  *	               server): renew every session's published holds, release
@@ -20,10 +20,18 @@
  *	               DISCARD ALL and exit callbacks
  *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancel;
  *	               asks deadlock.c at each wake-up of a wait
- *	  deadlock.c   a wait made visible: waiter rows of redis_locks (shared
- *	               memory), lock-wait logs, its wait-for key in Redis, the
- *	               walk of the wait-for graph after deadlock_timeout, the
- *	               victim; blockers for redis_blocking_pids
+ *	  deadlock.c   a wait made visible and its deadlocks ended: lock-wait
+ *	               logs, its wait key in Redis (the check-in), when to
+ *	               check and check again, the victim's 40P01; blockers for
+ *	               redis_blocking_pids
+ *	  walk.c       the walk of the wait-for graph from a wait, the cycle
+ *	               re-checked, the victim picked and marked
+ *	  waiters.c    the waiting sessions of this server in shared memory:
+ *	               rows of redis_locks, what the walk checks its own
+ *	               server's wait keys against
+ *	  fanout.c     one call to every member that may answer, and a
+ *	               majority's tally of the answers (deadlock.c, walk.c,
+ *	               quorum.c)
  *	  release.c    releases owed to Redis: sent and unanswered, to send
  *	               again (a new request each time: a cut-off copy that
  *	               arrives late is stale); settled before a name is taken
@@ -394,6 +402,7 @@ typedef enum RwScriptId
 	RW_SCRIPT_FENCE,
 	RW_SCRIPT_WAITS,
 	RW_SCRIPT_MARK,
+	RW_SCRIPT_CHECKIN,
 	RW_NSCRIPTS
 } RwScriptId;
 
@@ -881,6 +890,79 @@ extern void rw_deadlock_report(void) pg_attribute_noreturn();
 extern int	rw_deadlock_waiters(RwWaiterRow **rows);
 extern bool rw_deadlock_blockers(int pid, char ***owners, int *nowners);
 extern int	rw_owner_local_pid(const char *owner);
+
+/* ---- waiters.c ---- */
+extern void rw_waiters_publish(RwMode mode, RwLevel level, TimestampTz since,
+							   const char *key, const char *name);
+extern void rw_waiters_unpublish(void);
+extern bool rw_waiters_waits(const char *owner, const char *key);
+extern char rw_waiters_local_mode(const char *owner, const char *key);
+extern bool rw_waiters_find(int pid, char **key, char **owner, char *mode);
+
+/* ---- walk.c ---- */
+typedef enum RwWalkResult
+{
+	RW_WALK_NO_CYCLE,			/* complete: no cycle through the waiter (or
+								 * one found and its victim marked) */
+	RW_WALK_INCOMPLETE,			/* something could not be said: again */
+	RW_WALK_VICTIM				/* the waiter is a cycle's victim */
+} RwWalkResult;
+
+typedef struct RwWalkFrom
+{
+	RwNode	   *node;			/* the node the waiter waits on */
+	const char *value;			/* its wait key's value */
+	char		mode;			/* 'r' or 'w' */
+	const char *lock_key;		/* the lock's hash key */
+	int64		until;			/* the walk ends by then, with a gap */
+} RwWalkFrom;
+
+extern RwWalkResult rw_walk(const RwWalkFrom *from, uint32 *seen,
+							bool *foreign, char **cycle, char ***first,
+							int *nfirst);
+extern char *rw_wait_key_of(const char *owner);
+extern bool rw_walk_blockers(RwNode *node, const char *key,
+							 const char *owner, char mode, char ***out,
+							 int *nout);
+
+/* ---- fanout.c ---- */
+typedef struct RwFan
+{
+	int			n;				/* connections asked */
+	int			size;			/* members there are (1 but in a quorum) */
+	int			need;			/* answers that must agree */
+	int			missing;		/* members that did not answer */
+	bool		version;		/* one answered RWLOCK_VERSION */
+	redisReply *r[RW_QUORUM_MAX];	/* NULL: failed or an error */
+} RwFan;
+
+typedef struct RwTallyItem
+{
+	char	   *str;
+	int			count;			/* members that listed it */
+	int64		ms[RW_QUORUM_MAX];	/* the time each gave */
+} RwTallyItem;
+
+typedef struct RwTally
+{
+	int			n;
+	int			room;
+	RwTallyItem *items;
+} RwTally;
+
+extern void rw_fan_keys_of(const char *key, RwKeys *keys);
+extern int	rw_fan_conns(RwNode *node, const char *key, RwConn **conns,
+						 int *member);
+extern void rw_fan_failed(RwNode *node, RwConn *conn, int member,
+						  RwError *err);
+extern void rw_fan_script(RwFan *f, RwNode *node, RwScriptId id, int nkeys,
+						  const char *const *keys, const size_t *klens,
+						  int nargs, const char *const *args);
+extern void rw_fan_free(RwFan *f);
+extern bool rw_fan_undecided(const RwFan *f, int count);
+extern void rw_tally_init(RwTally *t);
+extern void rw_tally_add(RwTally *t, const char *str, size_t len, int64 ms);
+extern int	rw_tally_agreed(RwTally *t, int need, char ***out, int64 **ms_out);
 
 /* ---- functions.c ---- */
 extern void rw_name_arg(FunctionCallInfo fcinfo, char *buf);

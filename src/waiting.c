@@ -76,6 +76,17 @@
 #define WAIT_TRY_MIN_MS		200 /* the least a try is given, whatever the
 								 * wait's end */
 
+/* How rw_wait_acquire's loop ended (its one epilogue reports it). */
+typedef enum WaitOutcome
+{
+	WAIT_GRANTED,
+	WAIT_UNACKED,				/* granted without the replicas' ack */
+	WAIT_FAILED,				/* a try failed: raise its error */
+	WAIT_TIMED_OUT,				/* the wait's end came */
+	WAIT_CONFLICT,				/* an upgrade conflict */
+	WAIT_DEADLOCK				/* this session is a deadlock's victim */
+} WaitOutcome;
+
 /* The wait in progress, so an error can clean up after it. */
 static struct
 {
@@ -604,19 +615,23 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 	int64		redirected_since = 0;	/* first of the redirections in a row */
 	bool		waiting = false;	/* the lock was found busy */
 	long		retry_ms = WAIT_RETRY_MS;	/* the pause after a failed try */
+	WaitOutcome outcome;
+	int64		result;
+	char	   *other = NULL;
+	RwError		err;
+	int			acks = -1;
+	int64		cap;
 
 	wait_begin(node, keys, name, mode, held_mode, intent > 0);
 	for (;;)
 	{
 		RwAcquireStatus status;
-		int64		result;
-		char	   *other = NULL;
 		long		left;
-		RwError		err;
-		int			acks;
 		bool		split = false;
 		bool		time_up;
-		int64		cap = rw_conn_tighten(rw_wait_cap(timeout_ms, deadline));
+
+		cap = rw_conn_tighten(rw_wait_cap(timeout_ms, deadline));
+		other = NULL;
 
 		if (held_mode == RW_READ && *lost)
 			held_mode = wait_state.held_mode = RW_NONE;
@@ -636,17 +651,13 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		redirected_since = 0;
 		if (status == RW_GRANTED)
 		{
-			rw_conn_restore(cap);
-			*token = result;
-			return true;
+			outcome = WAIT_GRANTED;
+			break;
 		}
 		if (status == RW_GRANTED_UNACKED)
 		{
-			wait_end(true);
-			rw_conn_restore(cap);
-			wait_undo_unacked(node, keys, name, mode, held_mode, acks,
-							  timeout_is_error);
-			return false;
+			outcome = WAIT_UNACKED;
+			break;
 		}
 		if (status == RW_ACQ_FAILED)
 		{
@@ -665,17 +676,13 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 			time_up = timeout_ms > 0 && rw_now_ms() >= deadline;
 			if (!wait_may_retry(&err) || (!waiting && !time_up))
 			{
-				wait_end(true);
-				rw_conn_restore(cap);
-				rw_raise(&node->cmd, &err);
+				outcome = WAIT_FAILED;
+				break;
 			}
 			if (time_up)
 			{
-				wait_end(true);
-				rw_conn_restore(cap);
-				if (timeout_is_error)
-					wait_report_lock_timeout(name, mode);
-				return false;
+				outcome = WAIT_TIMED_OUT;
+				break;
 			}
 			rw_conn_restore(cap);
 			rw_renew_due(false, NULL);
@@ -701,11 +708,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		if (status == RW_UPGRADE_CONFLICT)
 		{
 			/* A try cannot have it while the other waits: no, not an error. */
-			wait_end(true);
-			rw_conn_restore(cap);
-			if (!timeout_is_error)
-				return false;
-			wait_report_upgrade_conflict(name, other);
+			outcome = WAIT_CONFLICT;
+			break;
 		}
 		waiting = true;
 		retry_ms = WAIT_RETRY_MS;
@@ -713,11 +717,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		left = deadline == PG_INT64_MAX ? -1 : Max(deadline - rw_now_ms(), 0);
 		if (left == 0)
 		{
-			wait_end(true);
-			rw_conn_restore(cap);
-			if (timeout_is_error)
-				wait_report_lock_timeout(name, mode);
-			return false;
+			outcome = WAIT_TIMED_OUT;
+			break;
 		}
 		/*
 		 * A wait, from its first busy answer; past deadlock_timeout, its logs
@@ -725,9 +726,8 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		 */
 		if (rw_deadlock_tick(node, keys, name, mode, &result))
 		{
-			wait_end(true);
-			rw_conn_restore(cap);
-			rw_deadlock_report();
+			outcome = WAIT_DEADLOCK;
+			break;
 		}
 		if (!wait_state.subscribed)
 		{
@@ -755,4 +755,42 @@ rw_wait_acquire(RwNode *node, const RwKeys *keys, const char *name,
 		wait_sleep(left < 0 ? result : Min(result, left));
 		CHECK_FOR_INTERRUPTS();
 	}
+
+	/*
+	 * The one way out: a grant is the caller's to record (it ends the wait
+	 * with rw_wait_done); any other end withdraws the intent or mark, ends
+	 * the wait under the try's cap, puts the cap back, and then reports.
+	 */
+	if (outcome == WAIT_GRANTED)
+	{
+		rw_conn_restore(cap);
+		*token = result;
+		return true;
+	}
+	wait_end(true);
+	rw_conn_restore(cap);
+	switch (outcome)
+	{
+		case WAIT_UNACKED:
+			wait_undo_unacked(node, keys, name, mode, held_mode, acks,
+							  timeout_is_error);
+			break;
+		case WAIT_FAILED:
+			rw_raise(&node->cmd, &err);
+			break;
+		case WAIT_TIMED_OUT:
+			if (timeout_is_error)
+				wait_report_lock_timeout(name, mode);
+			break;
+		case WAIT_CONFLICT:
+			if (timeout_is_error)
+				wait_report_upgrade_conflict(name, other);
+			break;
+		case WAIT_DEADLOCK:
+			rw_deadlock_report();
+			break;
+		case WAIT_GRANTED:
+			break;
+	}
+	return false;
 }

@@ -218,7 +218,9 @@ sub py_go_all
 	$gets //= 0;
 	cmp_ok($sets, '<=', 5, "3. a 5 s wait writes its wait key once per deadlock_timeout ($sets SETs)");
 	cmp_ok($sets, '>=', 3, '3. and does write it');
-	cmp_ok($gets, '<=', 1, "3. and walks once ($gets GETs)");
+	# checkin.lua reads the old value (a GET) as it writes the key: the
+	# walk's own GETs are what is beyond one per SET.
+	cmp_ok($gets - $sets, '<=', 1, "3. and walks once ($gets GETs, $sets of them the check-ins')");
 	sq($a, "SELECT redis_unlock('cost')");
 	my ($out) = sq_wait($b, 10);
 	is($out, 't', '3. the waiter gets the lock');

@@ -61,7 +61,7 @@ heard() {
   grep '^"pmessage"' "$DIR/sub.out" | cut -d, -f3,4 | tr -d '"' |
     sed -e 's/^rw:{a}:c,r$/r/' -e 's/^rw:{a}:c:\(.*\),w$/w:\1/' | tr '\n' ' ' | sed 's/ $//'
 }
-# batch: several script calls sent through one redis-cli (no process start
+# batch: several script calls sent through one "$REDIS_CLI" (no process start
 # between them, for steps that must fit in the readers' 100 ms turn); one
 # argument per call, "script args..."; prints one reply per line.
 batch() {
@@ -463,16 +463,16 @@ run release $V s3 '' 0 600000 >/dev/null
 # marks: no script reads the whole hash for it (it did, once per
 # withdrawal: O(N^2) for N readers). The last one out removes rw: nobody
 # waits, so no turn for nobody.
-# pipe SCRIPT "ARGS" OWNER...: one call per owner in one redis-cli (batch
+# pipe SCRIPT "ARGS" OWNER...: one call per owner in one "$REDIS_CLI" (batch
 # loads the script once per call: too slow for 200).
 pipe() {
-  local sha o n; sha=$(redis-cli -p "$PORT" script load "$(cat "lua/$1.lua")")
+  local sha o n; sha=$("$REDIS_CLI" -p "$PORT" script load "$(cat "lua/$1.lua")")
   read -r n <"$DIR/seq"
   for o in "${@:3}"; do n=$((n + 1)); echo "EVALSHA $sha 2 $K $V $o $n $2"; done >"$DIR/pipe"
   echo "$n" >"$DIR/seq"
-  redis-cli -p "$PORT" <"$DIR/pipe" >/dev/null
+  "$REDIS_CLI" -p "$PORT" <"$DIR/pipe" >/dev/null
 }
-hgetalls() { redis-cli -p "$PORT" info commandstats | tr -d '\r' | sed -n 's/^cmdstat_hgetall:calls=\([0-9]*\),.*/\1/p'; }
+hgetalls() { "$REDIS_CLI" -p "$PORT" info commandstats | tr -d '\r' | sed -n 's/^cmdstat_hgetall:calls=\([0-9]*\),.*/\1/p'; }
 fresh
 run acquire $V t0 w 30000 0 600000 >/dev/null
 readers=$(seq -f 't%g' 1 200)
@@ -481,7 +481,7 @@ check "  200 readers wait, 200 marks counted" "200"    "$(hf mc)"
 before=$(hgetalls)
 pipe release "q 0 600000" $(tac <<<"$readers")
 check "  they give up, latest first: no HGETALL" "${before:-}" "$(hgetalls)"
-check "  the last one out removes rw and mc" "0 0"     "$(redis-cli -p "$PORT" hexists 'rw:{a}' rw) $(redis-cli -p "$PORT" hexists 'rw:{a}' mc)"
+check "  the last one out removes rw and mc" "0 0"     "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' rw) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' mc)"
 run release $V t0 '' 0 600000 >/dev/null
 
 # (F5, verify/FINDINGS.md) A record lives keep at least, whatever the hash
@@ -492,16 +492,16 @@ run release $V t0 '' 0 600000 >/dev/null
 fresh
 run acquire $V k1 w 30000 0 600000 >/dev/null
 run release $V k1 '' 0 600000 >/dev/null
-redis-cli -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null     # keep nearly spent
+"$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null     # keep nearly spent
 check "a release of nothing is recorded"  "0"          "$(run release $V k2 '' 0 600000)"
-check "  and its record lives keep at least" "yes"     "$([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 600000 ] && echo yes || echo no)"
+check "  and its record lives keep at least" "yes"     "$([ "$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}')" -gt 600000 ] && echo yes || echo no)"
 fresh
 run acquire $V k3 r 30000 0 600000 >/dev/null
 run acquire $V k4 w 30000 2000 600000 >/dev/null          # a writer waits
-redis-cli -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
-redis-cli -p "$PORT" hset 'rw:{a}' x 1 >/dev/null
+"$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' x 1 >/dev/null
 check "a busy try is recorded"            "-*"         "$(run acquire $V k5 r 30000 0 600000)"
-check "  and its record lives keep at least" "yes"     "$([ "$(redis-cli -p "$PORT" pttl 'rw:{a}')" -gt 600000 ] && echo yes || echo no)"
+check "  and its record lives keep at least" "yes"     "$([ "$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}')" -gt 600000 ] && echo yes || echo no)"
 fresh
 
 # docs/protocol.md's worked example shows each script's SHA1: they must be
@@ -515,7 +515,7 @@ for q in $(grep -Eo '^ *"[0-9a-f]{40}"$' docs/protocol.md | tr -d ' "'); do
   check "docs/protocol.md: SCRIPT LOAD's answer $q is a script's SHA1" "yes" "$(sha1sum lua/*.lua | grep -q "^$q " && echo yes || echo no)"
 done
 
-# waits.lua and mark.lua: deadlock detection (docs/protocol.md 18).
+# waits.lua, mark.lua and checkin.lua: deadlock detection (docs/protocol.md 18).
 "$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 run acquire $V d1 r 30000 0 600000 >/dev/null
 run acquire $V d2 r 30000 0 600000 >/dev/null
@@ -537,7 +537,18 @@ check "mark: another wait's value is not marked"     "0"          "$(mark "3 w n
 check "mark: the value read is marked"               "1"          "$(mark "3 w n1 rw:{a}" "cycle")"
 check "mark: the key says so, the cycle after it"    "!3 w n1 rw:{a}*cycle" "$("$REDIS_CLI" -p "$PORT" get "$WK" | tr '\n' ' ' | sed 's/ $//')"
 check "mark: the time to live is kept"               "yes"        "$([ "$("$REDIS_CLI" -p "$PORT" pttl "$WK")" -gt 5000 ] && echo yes || echo no)"
-check "mark: the victim sees it in SET ... GET"      "!3 w n1 rw:{a}*" "$("$REDIS_CLI" -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 get | tr '\n' ' ')"
+check "mark: a client sees it in SET ... GET"           "!3 w n1 rw:{a}*" "$("$REDIS_CLI" -p "$PORT" set "$WK" "3 w n1 rw:{a}" px 10000 get | tr '\n' ' ')"
+checkin() { "$REDIS_CLI" -p "$PORT" --eval lua/checkin.lua "$WK" , $V "$@" | tr '\n' ' ' | sed 's/ $//'; }
+check "checkin: writes, answers the old value"      "3 w n1 rw:{a}" "$(checkin "3 w n2 rw:{a}" 10000)"
+check "checkin: the key holds the new one"          "3 w n2 rw:{a}" "$("$REDIS_CLI" -p "$PORT" get "$WK")"
+check "checkin: with its time to live"              "yes"        "$([ "$("$REDIS_CLI" -p "$PORT" pttl "$WK")" -gt 5000 ] && echo yes || echo no)"
+mark "3 w n2 rw:{a}" "cycle" >/dev/null
+check "checkin: the victim sees its mark"           "!3 w n2 rw:{a}*cycle" "$(checkin "3 w n2 rw:{a}" 10000)"
+check "checkin: an empty value only reads"          "3 w n2 rw:{a}" "$(checkin "" 0)"
+check "checkin: and writes nothing"                 "3 w n2 rw:{a}" "$("$REDIS_CLI" -p "$PORT" get "$WK")"
+check "checkin: another version is refused"         "*RWLOCK_VERSION*" "$(checkin "1 w n1 rw:{a}" 10000 2>&1)"
+"$REDIS_CLI" -p "$PORT" del "$WK" >/dev/null
+check "checkin: no key, no old value"               ""           "$(checkin "3 w n3 rw:{a}" 10000)"
 "$REDIS_CLI" -p "$PORT" del "$WK" >/dev/null
 check "mark: an ended wait is not marked"            "0"          "$(mark "3 w n1 rw:{a}" "cycle")"
 check "mark: and nothing is written"                 "0"          "$("$REDIS_CLI" -p "$PORT" exists "$WK")"

@@ -200,8 +200,8 @@ for my $user ('default', 'noid')
 # The doc's line alone (no +info) on a quorum: a member's uptime is unknown,
 # so it counts only once its connection is as old as a restart must be: the
 # error says so, and names the right to grant.
-(my $noinfo = $line) =~ s/^ACL SETUSER noid /ACL SETUSER noinfo /;
-is(redis_cli($_, split(/ /, $noinfo)), 'OK', "user noinfo (no +info) on member $_") for @q;
+my @noinfo = acl_setuser_args(user => 'noinfo', prefix => $prefix, password => 'pw');
+is(redis_cli($_, @noinfo), 'OK', "user noinfo (no +info) on member $_") for @q;
 sq($s3, "SET rwlock.redis_url = 'redis://noinfo:pw\@127.0.0.1:$q[0]/0 "
 	  . "redis://noinfo:pw\@127.0.0.1:$q[1]/0 redis://noinfo:pw\@127.0.0.1:$q[2]/0'");
 my ($nout, $err) = sq($s3, "SELECT redis_wlock('noinfo')");

@@ -51,6 +51,12 @@ static bool held_initialized = false;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /*
+ * While rw_lock_many runs, the holds its rw_lock calls pushed (held_push
+ * counts them), so that a failure part-way undoes exactly those; -1 outside.
+ */
+static int	held_many_pushed = -1;
+
+/*
  * At the start of every SQL call: send the releases a cancelled commit left
  * queued, read answers that arrived, warn.
  */
@@ -111,6 +117,8 @@ held_push(RwHeld *h, RwMode mode, RwLevel level)
 		elog(ERROR, "no room was reserved for a hold of Redis lock \"%s\"",
 			 h->name);
 	h->count[level][mode]++;
+	if (held_many_pushed >= 0)
+		held_many_pushed++;
 	if (level == RW_SESSION)
 		h->stack[h->stack_len++] = mode;
 	else
@@ -294,6 +302,105 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 	*token = h->token;
 	rw_wait_done();
 	rw_operation_end();
+	return true;
+}
+
+/*
+ * Undo the first `pushed` holds of names[] that rw_lock_many took, most
+ * recent first: each is popped from its stack (or from the transaction's
+ * holds, whose last entries they are) and Redis is brought in line with
+ * what is left, the release queued (held_release(later)). Holds of these
+ * names that the session had before the call stay, and so does what Redis
+ * has for them: a name held before the call is only unstacked; one upgraded
+ * by it is downgraded. Nothing here waits on Redis or throws (but out of
+ * memory): it also runs on the way out of an error.
+ */
+static void
+held_undo_many(const char *const *names, int pushed, RwMode mode,
+			   RwLevel level)
+{
+	for (int i = pushed - 1; i >= 0; i--)
+	{
+		RwHeld	   *h = rw_holds_find(names[i]);
+
+		if (h == NULL || h->count[level][mode] <= 0 ||
+			(level == RW_SESSION ? h->stack_len == 0 ||
+			 h->stack[h->stack_len - 1] != mode :
+			 n_xact == 0 || xact_holds[n_xact - 1].held != h))
+			elog(ERROR, "the hold of Redis lock \"%s\" to undo is not the last taken",
+				 names[i]);
+		h->count[level][mode]--;
+		if (level == RW_SESSION)
+			h->stack_len--;
+		else
+			n_xact--;
+		(void) held_release(h, true);
+	}
+}
+
+/*
+ * Take a hold of each of names[0..n-1], all or none (SPEC 16). The names
+ * are distinct and in the canonical order (docs/protocol.md section 19),
+ * which the caller sorted them into: every multi-name call of every client
+ * takes its names in that order, so two of them never wait for each other
+ * in a cycle. Each name goes through rw_lock, exactly as if taken alone
+ * (stacking, upgrades, waits with lock_timeout, cancel, log_lock_waits,
+ * waiter rows and deadlock detection, tokens); the names already taken are
+ * kept while the next is waited for (ordered locking: no starvation, and
+ * the order makes that safe among multi-name calls).
+ *
+ * wait_ms (with is_try) is the whole call's: each name gets what is left of
+ * it. On any failure the holds this call took are undone (held_undo_many):
+ * a try that runs out returns false once their releases are answered; an
+ * error (timeout, cancel, 40P01, a Redis failure) queues their releases and
+ * goes on, and the abort of the (sub)transaction that the error causes
+ * sends them (held_at_xact_end), bounded by rwlock.command_timeout as at
+ * any abort. tokens[i] is names[i]'s.
+ */
+bool
+rw_lock_many(const char *const *names, int n, RwMode mode, RwLevel level,
+			 long wait_ms, bool is_try, int64 *tokens)
+{
+	int64		deadline = rw_now_ms() + (is_try ? wait_ms : 0);
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int i;
+
+	held_many_pushed = 0;
+	PG_TRY();
+	{
+		for (i = 0; i < n; i++)
+		{
+			long		left = is_try ? Max(deadline - rw_now_ms(), 0) : -1;
+
+			if (!rw_lock(names[i], mode, level, left, is_try, &tokens[i]))
+				break;
+		}
+	}
+	PG_CATCH();
+	{
+		int			pushed = held_many_pushed;
+
+		MemoryContextSwitchTo(cxt);
+		held_many_pushed = -1;
+		held_undo_many(names, pushed, mode, level);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	held_many_pushed = -1;
+	if (i < n)
+	{
+		RwError		err = {RW_OK};
+
+		/* A try that ran out: give back what it took, and wait for that. */
+		rw_operation_begin();
+		held_undo_many(names, i, mode, level);
+		rw_release_flush();
+		(void) rw_release_await(&err);
+		rw_operation_end();
+		if (err.kind == RW_ERR_INTERRUPTED)
+			CHECK_FOR_INTERRUPTS();
+		return false;
+	}
 	return true;
 }
 

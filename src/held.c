@@ -339,6 +339,110 @@ held_undo_many(const char *const *names, int pushed, RwMode mode,
 }
 
 /*
+ * The first round of rw_lock_many in one round trip, where it can be: on a
+ * plain node (not a Cluster or a quorum, no replica acknowledgement), for
+ * names the session holds nothing of, whose owed releases can be queued
+ * ahead. Every name is tried at once (pipelined plain tries: no intent, no
+ * mark) and every grant recorded before anything can throw. The granted
+ * prefix, in the canonical order, is kept and pushed; a name granted after
+ * the first that was not is given back at once (its release is queued, and
+ * goes out ahead of the next command): the call must never hold, while it
+ * waits, a name that comes after the one it waits for. Returns how many
+ * names (the prefix) this call now holds; rw_lock takes the rest, from the
+ * first that was not granted. 0 when the round does not apply or failed
+ * (what it may have granted is owed: rw_lock settles it before it asks
+ * again); an interrupt is served, after the records are right.
+ */
+static int
+held_first_round(const char *const *names, int n, RwMode mode,
+				 RwLevel level, long timeout, int64 *tokens)
+{
+	RwNode	   *node;
+	RwHeld	  **hs;
+	RwKeys	  **keys;
+	RwAcquireStatus *status;
+	int64	   *result;
+	bool	   *published;
+	RwError		err;
+	int64		started,
+				cap;
+	int			prefix;
+	bool		sent;
+
+	if (n < 2 || rw_wait_replicas > 0)
+		return 0;
+	for (int i = 0; i < n; i++)
+		if (rw_holds_find(names[i]) != NULL)
+			return 0;
+	rw_operation_begin();
+	rw_renew_due(false, NULL);
+	node = rw_current_node();
+	if (node->cluster != NULL || node->quorum != NULL)
+		return 0;
+	hs = palloc(sizeof(RwHeld *) * n);
+	keys = palloc(sizeof(RwKeys *) * n);
+	status = palloc(sizeof(RwAcquireStatus) * n);
+	result = palloc(sizeof(int64) * n);
+	published = palloc0(sizeof(bool) * n);
+	for (int i = 0; i < n; i++)
+	{
+		hs[i] = rw_holds_enter(names[i], node);
+		held_reserve(hs[i], level);
+		keys[i] = &hs[i]->keys;
+	}
+	started = rw_now_ms();
+	cap = rw_conn_tighten(rw_wait_cap(timeout, started + timeout));
+	sent = true;
+	for (int i = 0; i < n && sent; i++)
+		sent = rw_release_settle_name(node, names[i], &err);
+	if (sent)
+	{
+		rw_release_send_owed(node);
+		sent = rw_proto_acquire_many(&node->cmd, keys, n, mode, rw_lease_ms,
+									 status, result, &err);
+		if (!sent && err.maybe_sent)
+			for (int i = 0; i < n; i++)
+				rw_release_owe(node, -1, names[i], keys[i], RW_KEEP_NOTHING,
+							   rw_lease_ms);
+	}
+	rw_conn_restore(cap);
+	if (!sent)
+	{
+		rw_holds_sweep();
+		if (err.kind == RW_ERR_INTERRUPTED)
+			rw_raise(&node->cmd, &err);
+		return 0;
+	}
+	/* Granted: from here to the records, nothing may throw. */
+	for (int i = 0; i < n; i++)
+		if (status[i] == RW_GRANTED)
+		{
+			published[i] = rw_holds_granted(hs[i], mode, result[i], started);
+			rw_renew_scheduled(hs[i]->renewed_ms, hs[i]->lease_ms);
+		}
+	for (int i = 0; i < n; i++)
+		if (status[i] == RW_GRANTED)
+			rw_release_granted(node, names[i]);
+	for (prefix = 0; prefix < n && status[prefix] == RW_GRANTED; prefix++)
+	{
+		held_push(hs[prefix], mode, level);
+		rw_stat_add(held_stat_of(mode, level), 1);
+		rw_holds_publish_modes(hs[prefix]);
+		tokens[prefix] = hs[prefix]->token;
+	}
+	for (int i = prefix + 1; i < n; i++)
+		if (status[i] == RW_GRANTED)
+			(void) held_release(hs[i], true);
+	rw_holds_sweep();
+	rw_release_flush();
+	for (int i = 0; i < prefix; i++)
+		if (!published[i])
+			held_refuse_unpublished(hs[i]); /* rw_lock_many undoes the rest */
+	rw_operation_end();
+	return prefix;
+}
+
+/*
  * Take a hold of each of names[0..n-1], all or none (SPEC 16). The names
  * are distinct and in the canonical order (docs/protocol.md section 19),
  * which the caller sorted them into: every multi-name call of every client
@@ -347,7 +451,9 @@ held_undo_many(const char *const *names, int pushed, RwMode mode,
  * (stacking, upgrades, waits with lock_timeout, cancel, log_lock_waits,
  * waiter rows and deadlock detection, tokens); the names already taken are
  * kept while the next is waited for (ordered locking: no starvation, and
- * the order makes that safe among multi-name calls).
+ * the order makes that safe among multi-name calls). Where it can, a first
+ * round tries every name in one round trip (held_first_round); rw_lock
+ * goes on from the first name that round did not get.
  *
  * wait_ms (with is_try) is the whole call's: each name gets what is left of
  * it. On any failure the holds this call took are undone (held_undo_many):
@@ -368,7 +474,10 @@ rw_lock_many(const char *const *names, int n, RwMode mode, RwLevel level,
 	held_many_pushed = 0;
 	PG_TRY();
 	{
-		for (i = 0; i < n; i++)
+		i = held_first_round(names, n, mode, level,
+							 is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1),
+							 tokens);
+		for (; i < n; i++)
 		{
 			long		left = is_try ? Max(deadline - rw_now_ms(), 0) : -1;
 

@@ -392,7 +392,8 @@ class Session:
         lvl = self.level() if self.in_block else 1
         per, taken = {}, []
         busy = None
-        for name in sorted(set(names), key=lambda n: n.encode("utf-8")):
+        order = sorted(set(names), key=lambda n: n.encode("utf-8"))
+        for name in order:
             r = self.recs.get(name)
             if r is not None and r.lost:
                 self.notes.append(LOST(name))
@@ -429,6 +430,11 @@ class Session:
             out.warnings += self.notes
             self.notes = []
             return out, per
+        # The first round tried every name at once (held.c): a write lock
+        # granted after the busy name was given back at once, but its grant
+        # raised the name's last token (which the driver reads from Redis).
+        bumped = [n for n in order[order.index(busy[0]) + 1:]
+                  if mode == W and self.redis.locks[n].grantable(self.owner, W)]
         # All or none: what this call took goes back, most recent first.
         for name in reversed(taken):
             r = self.recs[name]
@@ -445,6 +451,7 @@ class Session:
             out = self.outcome(sqlstate="55P03")
         out.reader_mark = busy[1] == R and waits
         out.busy_name = busy[0]
+        out.maybe_bumped = bumped
         return out, {}
 
     def granted(self, name, token, mode):

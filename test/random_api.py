@@ -490,6 +490,14 @@ class Driver:
         text, rows, state, notices = self.sql(i, q, params)
         if out.reader_mark:
             self.model.reader_waited(out.busy_name, time.time() + 2.05)
+        for n in getattr(out, "maybe_bumped", []):
+            # granted and given back in the first round: a new last token
+            f = self.r.hget(hash_key(n), "f")
+            if f is not None:
+                self.check(int(f) >= self.model.locks[n].last_token,
+                           "%s: last token of %s went back to %s"
+                           % (short_sql(text), short(n), f.decode()))
+                self.model.wrote(n, int(f))
         self.compare("S%d" % i, text, out, rows, state, notices)
         if state:
             return

@@ -63,7 +63,7 @@ SELECT t[1] >= 0 AND t[2] >= 0 AS read_tokens FROM redis_rlock(ARRAY['m-r1', 'm-
 SELECT * FROM dblink('other', $$SELECT redis_try_rlock(ARRAY['m-r2', 'm-r1'])$$)
   AS t(readers_share bool);
 SELECT * FROM dblink('other', $$SELECT redis_try_wlock(ARRAY['m-r1'])$$)
-  AS t(writer_blocked bool);
+  AS t(write_taken bool);
 SELECT * FROM dblink('other', $$SELECT redis_unlock_all()$$) AS t(n int);
 SELECT redis_unlock_all();
 

@@ -88,22 +88,27 @@ rw_operation_end(void)
  * grant, must not allocate.
  */
 static void
+held_reserve_xact(int k)
+{
+	while (n_xact + k > cap_xact)
+	{
+		int			cap = Max(16, cap_xact * 2);
+
+		/* the capacity grows only once the allocation has succeeded */
+		xact_holds = xact_holds ?
+			repalloc(xact_holds, cap * sizeof(RwXactHold)) :
+			MemoryContextAlloc(TopMemoryContext, cap * sizeof(RwXactHold));
+		cap_xact = cap;
+	}
+}
+
+static void
 held_reserve(RwHeld *h, RwLevel level)
 {
-	int			cap = Max(16, cap_xact * 2);
-
 	if (level == RW_SESSION)
-	{
 		rw_holds_reserve(h);
-		return;
-	}
-	if (n_xact < cap_xact)
-		return;
-	/* the capacity grows only once the allocation has succeeded */
-	xact_holds = xact_holds ?
-		repalloc(xact_holds, cap * sizeof(RwXactHold)) :
-		MemoryContextAlloc(TopMemoryContext, cap * sizeof(RwXactHold));
-	cap_xact = cap;
+	else
+		held_reserve_xact(1);
 }
 
 /*
@@ -387,9 +392,12 @@ held_first_round(const char *const *names, int n, RwMode mode,
 	for (int i = 0; i < n; i++)
 	{
 		hs[i] = rw_holds_enter(names[i], node);
-		held_reserve(hs[i], level);
+		if (level == RW_SESSION)
+			rw_holds_reserve(hs[i]);
 		keys[i] = &hs[i]->keys;
 	}
+	if (level == RW_XACT)
+		held_reserve_xact(n);	/* one push per name, all after the round */
 	started = rw_now_ms();
 	cap = rw_conn_tighten(rw_wait_cap(timeout, started + timeout));
 	sent = true;

@@ -143,6 +143,17 @@ COMMIT;
 SELECT count(*) AS held FROM redis_held_locks;
 SELECT state FROM redis_lock_info('m-t1');
 
+-- many names in one call (one round trip), at both levels
+BEGIN;
+SELECT cardinality(redis_wlock_xact(array(SELECT 'm-many' || g FROM generate_series(1, 40) g)))
+  AS xact_tokens;
+SELECT count(*) AS held, count(DISTINCT token) AS tokens FROM redis_held_locks;
+COMMIT;
+SELECT cardinality(redis_rlock(array(SELECT 'm-many' || g FROM generate_series(1, 40) g)))
+  AS session_tokens;
+SELECT count(*) AS held FROM redis_held_locks WHERE mode = 'read' AND depth = 1;
+SELECT redis_unlock_all();
+
 -- the other session, which holds m-y, takes {m-y, m-c1} (m-y stacks);
 -- then waits for {m-c1, m-c2} while we hold m-c2: it holds m-c1 while it
 -- waits, and a cancel gives m-c1 back

@@ -147,7 +147,7 @@ SELECT state FROM redis_lock_info('m-t1');
 BEGIN;
 SELECT cardinality(redis_wlock_xact(array(SELECT 'm-many' || g FROM generate_series(1, 40) g)))
   AS xact_tokens;
-SELECT count(*) AS held, count(DISTINCT token) AS tokens FROM redis_held_locks;
+SELECT count(*) AS held, bool_and(token > 0) AS tokens FROM redis_held_locks;
 COMMIT;
 SELECT cardinality(redis_rlock(array(SELECT 'm-many' || g FROM generate_series(1, 40) g)))
   AS session_tokens;

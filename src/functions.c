@@ -165,13 +165,17 @@ fn_names_arg(FunctionCallInfo fcinfo, char ***names, int *nnames,
 	sorted = palloc(sizeof(FnName) * n);
 	for (int i = 0; i < n; i++)
 	{
+		text	   *t;
+
 		if (nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("Redis lock name must not be null"),
 					 errdetail("Element %d of the array of names is null.", i + 1)));
-		sorted[i].name = palloc(RW_NAME_MAX + 1);
-		fn_check_name(DatumGetTextPP(elems[i]), sorted[i].name);
+		t = DatumGetTextPP(elems[i]);
+		/* (fn_check_name refuses a longer name before it copies) */
+		sorted[i].name = palloc(Min(VARSIZE_ANY_EXHDR(t), RW_NAME_MAX) + 1);
+		fn_check_name(t, sorted[i].name);
 		sorted[i].pos = i;
 	}
 	qsort(sorted, n, sizeof(FnName), fn_name_cmp);

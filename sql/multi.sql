@@ -169,7 +169,7 @@ SELECT dblink_cancel_query('other');
 SELECT * FROM dblink_get_result('other', false) AS t(tokens bigint[]);
 SELECT * FROM dblink_get_result('other', false) AS t(tokens bigint[]);
 SELECT pg_temp.state_when('m-c1', 'free') AS after_cancel;
--- and when we let go, it gets both, in the array's order
+-- and when we let go, it gets both
 SELECT dblink_send_query('other', $$SELECT cardinality(redis_wlock(ARRAY['m-c2', 'm-c1']))$$);
 SELECT pg_sleep(0.2);
 SELECT redis_unlock('m-c2');

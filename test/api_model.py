@@ -430,11 +430,13 @@ class Session:
             out.warnings += self.notes
             self.notes = []
             return out, per
-        # The first round tried every name at once (held.c): a write lock
-        # granted after the busy name was given back at once, but its grant
-        # raised the name's last token (which the driver reads from Redis).
-        bumped = [n for n in order[order.index(busy[0]) + 1:]
-                  if mode == W and self.redis.locks[n].grantable(self.owner, W)]
+        # A write grant that is given back raised its name's last token all
+        # the same (the driver reads it from Redis): the names this call took
+        # in Redis before the busy one, and those after it that the first
+        # round (held.c: every name tried at once) was granted and gave back.
+        bumped = [n for n in taken if per[n].token_above is not None]
+        bumped += [n for n in order[order.index(busy[0]) + 1:]
+                   if mode == W and self.redis.locks[n].grantable(self.owner, W)]
         # All or none: what this call took goes back, most recent first.
         for name in reversed(taken):
             r = self.recs[name]

@@ -344,10 +344,69 @@ held_undo_many(const char *const *names, int pushed, RwMode mode,
 }
 
 /*
- * The first round of rw_lock_many in one round trip, where it can be: on a
- * plain node (not a Cluster or a quorum, no replica acknowledgement), for
- * names the session holds nothing of, whose owed releases can be queued
- * ahead. Every name is tried at once (pipelined plain tries: no intent, no
+ * The first round's tries (held_first_round): one round trip per
+ * connection, that is per server (in a Cluster, per master serving some of
+ * the names' slots, one after another). Every status starts as
+ * RW_ACQ_FAILED (not granted: rw_lock takes the name again, and reports
+ * what it meets, a redirection included). A connection that fails owes the
+ * release of what its tries may have granted, which rw_lock settles before
+ * it asks again. An interrupt stops the round: it is put in *ierr, to be
+ * served once the grants already answered are recorded. Never throws.
+ */
+static void
+held_round_trips(RwNode *node, const char *const *names, RwKeys **keys,
+				 int n, RwMode mode, RwAcquireStatus *status, int64 *result,
+				 RwError *ierr)
+{
+	RwConn	  **conns = palloc(sizeof(RwConn *) * n);
+	bool	   *done = palloc0(sizeof(bool) * n);
+	RwKeys	  **gkeys = palloc(sizeof(RwKeys *) * n);
+	int		   *gix = palloc(sizeof(int) * n);
+	RwAcquireStatus *gstatus = palloc(sizeof(RwAcquireStatus) * n);
+	int64	   *gresult = palloc(sizeof(int64) * n);
+
+	for (int i = 0; i < n; i++)
+	{
+		status[i] = RW_ACQ_FAILED;
+		conns[i] = rw_cluster_cmd(node, keys[i]);
+	}
+	for (int i = 0; i < n && ierr->kind != RW_ERR_INTERRUPTED; i++)
+	{
+		RwError		err;
+		int			k = 0;
+
+		if (done[i])
+			continue;
+		for (int j = i; j < n; j++)
+			if (!done[j] && conns[j] == conns[i])
+			{
+				done[j] = true;
+				gkeys[k] = keys[j];
+				gix[k++] = j;
+			}
+		if (rw_proto_acquire_many(conns[i], gkeys, k, mode, rw_lease_ms,
+								  gstatus, gresult, &err))
+		{
+			for (int g = 0; g < k; g++)
+			{
+				status[gix[g]] = gstatus[g];
+				result[gix[g]] = gresult[g];
+			}
+			continue;
+		}
+		if (err.maybe_sent)
+			for (int g = 0; g < k; g++)
+				rw_release_owe(node, -1, names[gix[g]], keys[gix[g]],
+							   RW_KEEP_NOTHING, rw_lease_ms);
+		if (err.kind == RW_ERR_INTERRUPTED)
+			*ierr = err;
+	}
+}
+
+/*
+ * The first round of rw_lock_many in one round trip per server, where it
+ * can be: not in quorum mode, without replica acknowledgement, for names
+ * the session holds nothing of, whose owed releases can be queued ahead. Every name is tried at once (pipelined plain tries: no intent, no
  * mark) and every grant recorded before anything can throw. The granted
  * prefix, in the canonical order, is kept and pushed; a name granted after
  * the first that was not is given back at once (its release is queued, and
@@ -356,7 +415,9 @@ held_undo_many(const char *const *names, int pushed, RwMode mode,
  * names (the prefix) this call now holds; rw_lock takes the rest, from the
  * first that was not granted. 0 when the round does not apply or failed
  * (what it may have granted is owed: rw_lock settles it before it asks
- * again); an interrupt is served, after the records are right.
+ * again); an interrupt is served, after the records are right. A name
+ * whose try failed (a server that failed, a Cluster's redirection) is
+ * one rw_lock takes again.
  */
 static int
 held_first_round(const char *const *names, int n, RwMode mode,
@@ -369,6 +430,7 @@ held_first_round(const char *const *names, int n, RwMode mode,
 	int64	   *result;
 	bool	   *published;
 	RwError		err;
+	RwError		ierr = {RW_OK};
 	int64		started,
 				cap;
 	int			prefix;
@@ -382,7 +444,7 @@ held_first_round(const char *const *names, int n, RwMode mode,
 	rw_operation_begin();
 	rw_renew_due(false, NULL);
 	node = rw_current_node();
-	if (node->cluster != NULL || node->quorum != NULL)
+	if (node->quorum != NULL)
 		return 0;
 	hs = palloc(sizeof(RwHeld *) * n);
 	keys = palloc(sizeof(RwKeys *) * n);
@@ -403,24 +465,17 @@ held_first_round(const char *const *names, int n, RwMode mode,
 	sent = true;
 	for (int i = 0; i < n && sent; i++)
 		sent = rw_release_settle_name(node, names[i], &err);
-	if (sent)
-	{
-		rw_release_send_owed(node);
-		sent = rw_proto_acquire_many(&node->cmd, keys, n, mode, rw_lease_ms,
-									 status, result, &err);
-		if (!sent && err.maybe_sent)
-			for (int i = 0; i < n; i++)
-				rw_release_owe(node, -1, names[i], keys[i], RW_KEEP_NOTHING,
-							   rw_lease_ms);
-	}
-	rw_conn_restore(cap);
 	if (!sent)
 	{
+		rw_conn_restore(cap);
 		rw_holds_sweep();
 		if (err.kind == RW_ERR_INTERRUPTED)
 			rw_raise(&node->cmd, &err);
 		return 0;
 	}
+	rw_release_send_owed(node);
+	held_round_trips(node, names, keys, n, mode, status, result, &ierr);
+	rw_conn_restore(cap);
 	/* Granted: from here to the records, nothing may throw. */
 	for (int i = 0; i < n; i++)
 		if (status[i] == RW_GRANTED)
@@ -443,6 +498,9 @@ held_first_round(const char *const *names, int n, RwMode mode,
 			(void) held_release(hs[i], true);
 	rw_holds_sweep();
 	rw_release_flush();
+	/* The records are right: serve an interrupt that cut the round short. */
+	if (ierr.kind == RW_ERR_INTERRUPTED)
+		rw_raise(&node->cmd, &ierr);
 	for (int i = 0; i < prefix; i++)
 		if (!published[i])
 			held_refuse_unpublished(hs[i]); /* rw_lock_many undoes the rest */
@@ -460,8 +518,8 @@ held_first_round(const char *const *names, int n, RwMode mode,
  * waiter rows and deadlock detection, tokens); the names already taken are
  * kept while the next is waited for (ordered locking: no starvation, and
  * the order makes that safe among multi-name calls). Where it can, a first
- * round tries every name in one round trip (held_first_round); rw_lock
- * goes on from the first name that round did not get.
+ * round tries every name in one round trip per server (held_first_round);
+ * rw_lock goes on from the first name that round did not get.
  *
  * wait_ms (with is_try) is the whole call's: each name gets what is left of
  * it. On any failure the holds this call took are undone (held_undo_many):

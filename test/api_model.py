@@ -454,6 +454,11 @@ class Session:
         out.reader_mark = busy[1] == R and waits
         out.busy_name = busy[0]
         out.maybe_bumped = bumped
+        # A name held before the call that the call took in Redis (an
+        # upgrade, a lost hold taken again) keeps its earlier holds, with
+        # the token of that grant: the name's last token in Redis.
+        out.retaken = [n for n in taken if n in self.recs and
+                       (per[n].token_above is not None or per[n].tokens is not None)]
         return out, {}
 
     def granted(self, name, token, mode):

@@ -498,6 +498,9 @@ class Driver:
                            "%s: last token of %s went back to %s"
                            % (short_sql(text), short(n), f.decode()))
                 self.model.wrote(n, int(f))
+        for n in getattr(out, "retaken", []):
+            f = self.r.hget(hash_key(n), "f")
+            s.recs[n].token = int(f) if f is not None else 0
         self.compare("S%d" % i, text, out, rows, state, notices)
         if state:
             return

@@ -8,7 +8,11 @@
 #     published (a row of redis_locks);
 #  b) Redis stopped: a call fails with class 08 and holds nothing; Redis
 #     back, the same call takes every name;
-#  c) a Cluster of three masters: 12 names, on every master, in one call;
+#  c) a multi-name call waiting for its second name (the keeper preloaded):
+#     redis_locks shows the first granted and the second waited for,
+#     redis_blocking_pids names the holder; a cancel (57014) leaves the
+#     first free and the waiter holding nothing;
+#  d) a Cluster of three masters: 12 names, on every master, in one call;
 #     another session's try of {zz1, c5, zz2} while c5 is held returns
 #     false and leaves zz1 and zz2 free; once c5 is let go the same try
 #     takes all three.
@@ -63,37 +67,61 @@ is($out, '3', 'b) Redis back: every name taken') or diag $err;
 is(join(',', map { lock_state($port, $prefix, "d$_") } 1 .. 3), 'write,write,write',
 	'b) Redis has them');
 sq($a, 'SELECT redis_unlock_all()');
+
+# ---- c) a wait, seen ----
+my $b = session($node);
+my $bpid = session_pid($b);
+sq($a, "SELECT redis_wlock('w2')");
+sq_send($b, "SELECT redis_wlock(ARRAY['w2', 'w1'])");
+ok(defined wait_until(sub {
+	(sq($a, "SELECT count(*) FROM redis_locks WHERE pid = $bpid AND NOT granted"))[0] eq '1' }, 10),
+	'c) the waiter shows in redis_locks');
+($out) = sq($a, "SELECT string_agg(name || ':' || mode || ':' || granted, ',' ORDER BY name) "
+	  . "FROM redis_locks WHERE pid = $bpid");
+is($out, 'w1:write:true,w2:write:false',
+	'c) holding w1 (granted), waiting for w2, the name after it');
+($out) = sq($a, "SELECT redis_blocking_pids($bpid) = ARRAY[pg_backend_pid()]");
+is($out, 't', 'c) redis_blocking_pids names the holder');
+sq($a, "SELECT pg_cancel_backend($bpid)");
+my ($bout, $berr) = sq_wait($b, 10);
+is(sqlstate($berr), '57014', 'c) cancelled: 57014') or diag $berr;
+ok(defined wait_until(sub { lock_state($port, $prefix, 'w1') eq 'free' }, 5),
+	'c) and w1, taken before the wait, is free again');
+($out) = sq($b, 'SELECT count(*) FROM redis_held_locks');
+is($out, '0', 'c) the waiter holds nothing');
+sq($a, 'SELECT redis_unlock_all()');
+$b->quit;
 $a->quit;
 $node->stop;
 
-# ---- c) a Redis Cluster ----
+# ---- d) a Redis Cluster ----
 my $c = cluster_start(masters => 3, replicas => 0);
 my $cnode = new_node('multic', port => $c->{ports}[0], lease => '30s',
 	conf => "rwlock.redis_url = '" . cluster_url($c) . "'\n");
 my $cprefix = 'tap_multic';
 my @names = map { "c$_" } 1 .. 12;
 my %masters = map { cluster_key_node($c, "$cprefix:{$_}") => 1 } @names;
-is(scalar keys %masters, 3, 'c) the 12 names are on all three masters');
+is(scalar keys %masters, 3, 'd) the 12 names are on all three masters');
 my $s = session($cnode);
 my $o = session($cnode);
 ($out, $err) = sq($s, 'SELECT cardinality(redis_wlock(ARRAY['
 	  . join(', ', map { "'$_'" } @names) . ']))');
-is($out, '12', 'c) 12 names in one call') or diag $err;
+is($out, '12', 'd) 12 names in one call') or diag $err;
 ($out) = sq($s, "SELECT count(*) FROM redis_held_locks WHERE mode = 'write'");
-is($out, '12', 'c) each a hold of its own');
+is($out, '12', 'd) each a hold of its own');
 ($out, $err) = sq($o, "SELECT redis_try_wlock(ARRAY['zz1', 'c5', 'zz2'])");
-is($out, 'f', 'c) a try of {zz1, c5, zz2} while c5 is held: false') or diag $err;
+is($out, 'f', 'd) a try of {zz1, c5, zz2} while c5 is held: false') or diag $err;
 ($out) = sq($o, 'SELECT count(*) FROM redis_held_locks');
-is($out, '0', 'c) holding nothing');
+is($out, '0', 'd) holding nothing');
 ($out) = sq($s, "SELECT (redis_lock_info('zz1')).state, (redis_lock_info('zz2')).state");
-is($out, 'free|free', 'c) zz1 and zz2 are free');
+is($out, 'free|free', 'd) zz1 and zz2 are free');
 sq($s, "SELECT redis_unlock('c5')");
 ($out, $err) = sq($o, "SELECT redis_try_wlock(ARRAY['zz1', 'c5', 'zz2'])");
-is($out, 't', 'c) with c5 let go, the try takes all three') or diag $err;
+is($out, 't', 'd) with c5 let go, the try takes all three') or diag $err;
 ($out) = sq($o, 'SELECT redis_unlock_all()');
-is($out, '3', 'c) three holds');
+is($out, '3', 'd) three holds');
 ($out) = sq($s, 'SELECT redis_unlock_all()');
-is($out, '11', 'c) and the eleven');
+is($out, '11', 'd) and the eleven');
 $s->quit;
 $o->quit;
 $cnode->stop;

@@ -13,11 +13,11 @@ PG_CPPFLAGS = -I$(srcdir)/src
 LUA = lua/acquire.lua lua/release.lua lua/renew.lua lua/info.lua lua/fence.lua \
       lua/waits.lua lua/mark.lua lua/checkin.lua
 EXTRA_CLEAN = src/lua_scripts.c
-REGRESS = rwlock state privileges sessions upgrade stacking preload
+REGRESS = rwlock state privileges sessions upgrade stacking multi preload
 # Run in a server with rwlock in shared_preload_libraries (test/run.sh):
 #   make installcheck REGRESS=keeper ISOLATION=
 REGRESS_PRELOADED = keeper
-ISOLATION = rw-setup rw-basic rw-preference rw-xact rw-timeout rw-upgrade
+ISOLATION = rw-setup rw-basic rw-preference rw-xact rw-timeout rw-upgrade rw-multi
 # The TAP suite (t/*.pl) runs by test/tap.sh, not PGXS's TAP_TESTS: see there.
 
 PG_CONFIG ?= pg_config

@@ -112,3 +112,41 @@ CREATE FUNCTION redis_blocking_owners(pid integer) RETURNS text[]
   AS 'MODULE_PATHNAME' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 COMMENT ON FUNCTION redis_blocking_owners(integer) IS
   'the owner ids of everything (sessions of any server, clients) the given pid waits for in its Redis lock wait';
+
+-- Several names at once, all or none (issue 40, SPEC 16): the names are
+-- taken in the canonical order (docs/protocol.md section 19), each as a
+-- hold of its own; the lock forms return the tokens in the array's order.
+-- A single name still resolves to the text forms: redis_wlock('a') is
+-- redis_wlock(text); an array is written ARRAY['a', 'b'] or '{a,b}'::text[].
+CREATE FUNCTION redis_wlock(names text[]) RETURNS bigint[]
+  AS 'MODULE_PATHNAME', 'redis_wlock_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_rlock(names text[]) RETURNS bigint[]
+  AS 'MODULE_PATHNAME', 'redis_rlock_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_wlock_xact(names text[]) RETURNS bigint[]
+  AS 'MODULE_PATHNAME', 'redis_wlock_xact_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_rlock_xact(names text[]) RETURNS bigint[]
+  AS 'MODULE_PATHNAME', 'redis_rlock_xact_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_try_wlock(names text[], wait interval DEFAULT '0') RETURNS boolean
+  AS 'MODULE_PATHNAME', 'redis_try_wlock_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_try_rlock(names text[], wait interval DEFAULT '0') RETURNS boolean
+  AS 'MODULE_PATHNAME', 'redis_try_rlock_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_try_wlock_xact(names text[], wait interval DEFAULT '0') RETURNS boolean
+  AS 'MODULE_PATHNAME', 'redis_try_wlock_xact_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_try_rlock_xact(names text[], wait interval DEFAULT '0') RETURNS boolean
+  AS 'MODULE_PATHNAME', 'redis_try_rlock_xact_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redis_wlock(text[]) IS
+  'take session-level Redis write locks on all the names or none, waiting; returns their fencing tokens';
+COMMENT ON FUNCTION redis_rlock(text[]) IS
+  'take session-level Redis read locks on all the names or none, waiting; returns their latest write tokens';
+COMMENT ON FUNCTION redis_wlock_xact(text[]) IS
+  'take transaction-level Redis write locks on all the names or none, waiting; returns their fencing tokens';
+COMMENT ON FUNCTION redis_rlock_xact(text[]) IS
+  'take transaction-level Redis read locks on all the names or none, waiting; returns their latest write tokens';
+COMMENT ON FUNCTION redis_try_wlock(text[], interval) IS
+  'take session-level Redis write locks on all the names if they are free within the wait, else none; true if taken';
+COMMENT ON FUNCTION redis_try_rlock(text[], interval) IS
+  'take session-level Redis read locks on all the names if they are free within the wait, else none; true if taken';
+COMMENT ON FUNCTION redis_try_wlock_xact(text[], interval) IS
+  'take transaction-level Redis write locks on all the names if they are free within the wait, else none; true if taken';
+COMMENT ON FUNCTION redis_try_rlock_xact(text[], interval) IS
+  'take transaction-level Redis read locks on all the names if they are free within the wait, else none; true if taken';

@@ -11,9 +11,11 @@
  */
 #include "rwlock.h"
 
+#include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -108,6 +110,127 @@ fn_try_lock(FunctionCallInfo fcinfo, RwMode mode, RwLevel level)
 	PG_RETURN_BOOL(rw_lock(name, mode, level, wait_ms, true, &token));
 }
 
+/* An element of a names array: its text, and where it stood. */
+typedef struct FnName
+{
+	char	   *name;
+	int			pos;
+} FnName;
+
+/*
+ * The canonical order of names (docs/protocol.md section 19): byte by
+ * byte, unsigned, a name before the names it is a prefix of. strcmp
+ * compares so (C99 7.21.4) and a text holds no NUL byte. A client in any
+ * language computes the same order on the names' UTF-8 bytes.
+ */
+static int
+fn_name_cmp(const void *a, const void *b)
+{
+	return strcmp(((const FnName *) a)->name, ((const FnName *) b)->name);
+}
+
+/*
+ * The names argument (first) of a multi-name form: a one-dimensional,
+ * non-empty array without NULLs, each name checked as a single name is.
+ * Sets *names to the distinct names in the canonical order (*nnames of
+ * them) and *map to where each element of the array went among them
+ * (*nelems elements), so that a duplicate gets its name's token.
+ */
+static void
+fn_names_arg(FunctionCallInfo fcinfo, char ***names, int *nnames,
+			 int **map, int *nelems)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	FnName	   *sorted;
+	int			k = 0;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("array of Redis lock names must not be null")));
+	arr = PG_GETARG_ARRAYTYPE_P(0);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("array of Redis lock names must be one-dimensional")));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("array of Redis lock names must not be empty")));
+	sorted = palloc(sizeof(FnName) * n);
+	for (int i = 0; i < n; i++)
+	{
+		text	   *t;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("Redis lock name must not be null"),
+					 errdetail("Element %d of the array of names is null.", i + 1)));
+		t = DatumGetTextPP(elems[i]);
+		/* (fn_check_name refuses a longer name before it copies) */
+		sorted[i].name = palloc(Min(VARSIZE_ANY_EXHDR(t), RW_NAME_MAX) + 1);
+		fn_check_name(t, sorted[i].name);
+		sorted[i].pos = i;
+	}
+	qsort(sorted, n, sizeof(FnName), fn_name_cmp);
+	*names = palloc(sizeof(char *) * n);
+	*map = palloc(sizeof(int) * n);
+	for (int i = 0; i < n; i++)
+	{
+		if (k == 0 || strcmp((*names)[k - 1], sorted[i].name) != 0)
+			(*names)[k++] = sorted[i].name;
+		(*map)[sorted[i].pos] = k - 1;
+	}
+	*nnames = k;
+	*nelems = n;
+	rw_held_init();
+}
+
+/* The lock forms on an array: the tokens, in the array's order. */
+static Datum
+fn_lock_many(FunctionCallInfo fcinfo, RwMode mode, RwLevel level)
+{
+	char	  **names;
+	int		   *map;
+	int			nnames,
+				nelems;
+	int64	   *tokens;
+	Datum	   *out;
+
+	fn_names_arg(fcinfo, &names, &nnames, &map, &nelems);
+	tokens = palloc(sizeof(int64) * nnames);
+	rw_lock_many((const char *const *) names, nnames, mode, level, -1, false,
+				 tokens);
+	out = palloc(sizeof(Datum) * nelems);
+	for (int i = 0; i < nelems; i++)
+		out[i] = Int64GetDatum(tokens[map[i]]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(out, nelems, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/* The try forms on an array: true if every name was taken. */
+static Datum
+fn_try_lock_many(FunctionCallInfo fcinfo, RwMode mode, RwLevel level)
+{
+	char	  **names;
+	int		   *map;
+	int			nnames,
+				nelems;
+	long		wait_ms;
+
+	fn_names_arg(fcinfo, &names, &nnames, &map, &nelems);
+	wait_ms = fn_wait_arg(fcinfo);
+	PG_RETURN_BOOL(rw_lock_many((const char *const *) names, nnames, mode,
+								level, wait_ms, true,
+								palloc(sizeof(int64) * nnames)));
+}
+
 PG_FUNCTION_INFO_V1(redis_wlock);
 Datum
 redis_wlock(PG_FUNCTION_ARGS)
@@ -162,6 +285,62 @@ Datum
 redis_try_rlock_xact(PG_FUNCTION_ARGS)
 {
 	return fn_try_lock(fcinfo, RW_READ, RW_XACT);
+}
+
+PG_FUNCTION_INFO_V1(redis_wlock_many);
+Datum
+redis_wlock_many(PG_FUNCTION_ARGS)
+{
+	return fn_lock_many(fcinfo, RW_WRITE, RW_SESSION);
+}
+
+PG_FUNCTION_INFO_V1(redis_rlock_many);
+Datum
+redis_rlock_many(PG_FUNCTION_ARGS)
+{
+	return fn_lock_many(fcinfo, RW_READ, RW_SESSION);
+}
+
+PG_FUNCTION_INFO_V1(redis_wlock_xact_many);
+Datum
+redis_wlock_xact_many(PG_FUNCTION_ARGS)
+{
+	return fn_lock_many(fcinfo, RW_WRITE, RW_XACT);
+}
+
+PG_FUNCTION_INFO_V1(redis_rlock_xact_many);
+Datum
+redis_rlock_xact_many(PG_FUNCTION_ARGS)
+{
+	return fn_lock_many(fcinfo, RW_READ, RW_XACT);
+}
+
+PG_FUNCTION_INFO_V1(redis_try_wlock_many);
+Datum
+redis_try_wlock_many(PG_FUNCTION_ARGS)
+{
+	return fn_try_lock_many(fcinfo, RW_WRITE, RW_SESSION);
+}
+
+PG_FUNCTION_INFO_V1(redis_try_rlock_many);
+Datum
+redis_try_rlock_many(PG_FUNCTION_ARGS)
+{
+	return fn_try_lock_many(fcinfo, RW_READ, RW_SESSION);
+}
+
+PG_FUNCTION_INFO_V1(redis_try_wlock_xact_many);
+Datum
+redis_try_wlock_xact_many(PG_FUNCTION_ARGS)
+{
+	return fn_try_lock_many(fcinfo, RW_WRITE, RW_XACT);
+}
+
+PG_FUNCTION_INFO_V1(redis_try_rlock_xact_many);
+Datum
+redis_try_rlock_xact_many(PG_FUNCTION_ARGS)
+{
+	return fn_try_lock_many(fcinfo, RW_READ, RW_XACT);
 }
 
 PG_FUNCTION_INFO_V1(redis_unlock);

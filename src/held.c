@@ -51,6 +51,12 @@ static bool held_initialized = false;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /*
+ * While rw_lock_many runs, the holds its rw_lock calls pushed (held_push
+ * counts them), so that a failure part-way undoes exactly those; -1 outside.
+ */
+static int	held_many_pushed = -1;
+
+/*
  * At the start of every SQL call: send the releases a cancelled commit left
  * queued, read answers that arrived, warn.
  */
@@ -82,22 +88,27 @@ rw_operation_end(void)
  * grant, must not allocate.
  */
 static void
+held_reserve_xact(int k)
+{
+	while (n_xact + k > cap_xact)
+	{
+		int			cap = Max(16, cap_xact * 2);
+
+		/* the capacity grows only once the allocation has succeeded */
+		xact_holds = xact_holds ?
+			repalloc(xact_holds, cap * sizeof(RwXactHold)) :
+			MemoryContextAlloc(TopMemoryContext, cap * sizeof(RwXactHold));
+		cap_xact = cap;
+	}
+}
+
+static void
 held_reserve(RwHeld *h, RwLevel level)
 {
-	int			cap = Max(16, cap_xact * 2);
-
 	if (level == RW_SESSION)
-	{
 		rw_holds_reserve(h);
-		return;
-	}
-	if (n_xact < cap_xact)
-		return;
-	/* the capacity grows only once the allocation has succeeded */
-	xact_holds = xact_holds ?
-		repalloc(xact_holds, cap * sizeof(RwXactHold)) :
-		MemoryContextAlloc(TopMemoryContext, cap * sizeof(RwXactHold));
-	cap_xact = cap;
+	else
+		held_reserve_xact(1);
 }
 
 /*
@@ -111,6 +122,8 @@ held_push(RwHeld *h, RwMode mode, RwLevel level)
 		elog(ERROR, "no room was reserved for a hold of Redis lock \"%s\"",
 			 h->name);
 	h->count[level][mode]++;
+	if (held_many_pushed >= 0)
+		held_many_pushed++;
 	if (level == RW_SESSION)
 		h->stack[h->stack_len++] = mode;
 	else
@@ -294,6 +307,275 @@ rw_lock(const char *name, RwMode mode, RwLevel level, long wait_ms,
 	*token = h->token;
 	rw_wait_done();
 	rw_operation_end();
+	return true;
+}
+
+/*
+ * Undo the first `pushed` holds of names[] that rw_lock_many took, most
+ * recent first: each is popped from its stack (or from the transaction's
+ * holds, whose last entries they are) and Redis is brought in line with
+ * what is left, the release queued (held_release(later)). Holds of these
+ * names that the session had before the call stay, and so does what Redis
+ * has for them: a name held before the call is only unstacked; one upgraded
+ * by it is downgraded. Nothing here waits on Redis or throws (but out of
+ * memory): it also runs on the way out of an error.
+ */
+static void
+held_undo_many(const char *const *names, int pushed, RwMode mode,
+			   RwLevel level)
+{
+	for (int i = pushed - 1; i >= 0; i--)
+	{
+		RwHeld	   *h = rw_holds_find(names[i]);
+
+		if (h == NULL || h->count[level][mode] <= 0 ||
+			(level == RW_SESSION ? h->stack_len == 0 ||
+			 h->stack[h->stack_len - 1] != mode :
+			 n_xact == 0 || xact_holds[n_xact - 1].held != h))
+			elog(ERROR, "the hold of Redis lock \"%s\" to undo is not the last taken",
+				 names[i]);
+		h->count[level][mode]--;
+		if (level == RW_SESSION)
+			h->stack_len--;
+		else
+			n_xact--;
+		(void) held_release(h, true);
+	}
+}
+
+/*
+ * The first round's tries (held_first_round): one round trip per
+ * connection, that is per server (in a Cluster, per master serving some of
+ * the names' slots, one after another). Every status starts as
+ * RW_ACQ_FAILED (not granted: rw_lock takes the name again, and reports
+ * what it meets, a redirection included). A connection that fails owes the
+ * release of what its tries may have granted, which rw_lock settles before
+ * it asks again. An interrupt stops the round: it is put in *ierr, to be
+ * served once the grants already answered are recorded. Never throws.
+ */
+static void
+held_round_trips(RwNode *node, const char *const *names, RwKeys **keys,
+				 int n, RwMode mode, RwAcquireStatus *status, int64 *result,
+				 RwError *ierr)
+{
+	RwConn	  **conns = palloc(sizeof(RwConn *) * n);
+	bool	   *done = palloc0(sizeof(bool) * n);
+	RwKeys	  **gkeys = palloc(sizeof(RwKeys *) * n);
+	int		   *gix = palloc(sizeof(int) * n);
+	RwAcquireStatus *gstatus = palloc(sizeof(RwAcquireStatus) * n);
+	int64	   *gresult = palloc(sizeof(int64) * n);
+
+	for (int i = 0; i < n; i++)
+	{
+		status[i] = RW_ACQ_FAILED;
+		conns[i] = rw_cluster_cmd(node, keys[i]);
+	}
+	for (int i = 0; i < n && ierr->kind != RW_ERR_INTERRUPTED; i++)
+	{
+		RwError		err;
+		int			k = 0;
+
+		if (done[i])
+			continue;
+		for (int j = i; j < n; j++)
+			if (!done[j] && conns[j] == conns[i])
+			{
+				done[j] = true;
+				gkeys[k] = keys[j];
+				gix[k++] = j;
+			}
+		if (rw_proto_acquire_many(conns[i], gkeys, k, mode, rw_lease_ms,
+								  gstatus, gresult, &err))
+		{
+			for (int g = 0; g < k; g++)
+			{
+				status[gix[g]] = gstatus[g];
+				result[gix[g]] = gresult[g];
+			}
+			continue;
+		}
+		if (err.maybe_sent)
+			for (int g = 0; g < k; g++)
+				rw_release_owe(node, -1, names[gix[g]], keys[gix[g]],
+							   RW_KEEP_NOTHING, rw_lease_ms);
+		if (err.kind == RW_ERR_INTERRUPTED)
+			*ierr = err;
+	}
+}
+
+/*
+ * The first round of rw_lock_many in one round trip per server, where it
+ * can be: not in quorum mode, without replica acknowledgement, for names
+ * the session holds nothing of, whose owed releases can be queued ahead. Every name is tried at once (pipelined plain tries: no intent, no
+ * mark) and every grant recorded before anything can throw. The granted
+ * prefix, in the canonical order, is kept and pushed; a name granted after
+ * the first that was not is given back at once (its release is queued, and
+ * goes out ahead of the next command): the call must never hold, while it
+ * waits, a name that comes after the one it waits for. Returns how many
+ * names (the prefix) this call now holds; rw_lock takes the rest, from the
+ * first that was not granted. 0 when the round does not apply or failed
+ * (what it may have granted is owed: rw_lock settles it before it asks
+ * again); an interrupt is served, after the records are right. A name
+ * whose try failed (a server that failed, a Cluster's redirection) is
+ * one rw_lock takes again.
+ */
+static int
+held_first_round(const char *const *names, int n, RwMode mode,
+				 RwLevel level, long timeout, int64 *tokens)
+{
+	RwNode	   *node;
+	RwHeld	  **hs;
+	RwKeys	  **keys;
+	RwAcquireStatus *status;
+	int64	   *result;
+	bool	   *published;
+	RwError		err;
+	RwError		ierr = {RW_OK};
+	int64		started,
+				cap;
+	int			prefix;
+	bool		sent;
+
+	if (n < 2 || rw_wait_replicas > 0)
+		return 0;
+	for (int i = 0; i < n; i++)
+		if (rw_holds_find(names[i]) != NULL)
+			return 0;
+	rw_operation_begin();
+	rw_renew_due(false, NULL);
+	node = rw_current_node();
+	if (node->quorum != NULL)
+		return 0;
+	hs = palloc(sizeof(RwHeld *) * n);
+	keys = palloc(sizeof(RwKeys *) * n);
+	status = palloc(sizeof(RwAcquireStatus) * n);
+	result = palloc(sizeof(int64) * n);
+	published = palloc0(sizeof(bool) * n);
+	for (int i = 0; i < n; i++)
+	{
+		hs[i] = rw_holds_enter(names[i], node);
+		if (level == RW_SESSION)
+			rw_holds_reserve(hs[i]);
+		keys[i] = &hs[i]->keys;
+	}
+	if (level == RW_XACT)
+		held_reserve_xact(n);	/* one push per name, all after the round */
+	started = rw_now_ms();
+	cap = rw_conn_tighten(rw_wait_cap(timeout, started + timeout));
+	sent = true;
+	for (int i = 0; i < n && sent; i++)
+		sent = rw_release_settle_name(node, names[i], &err);
+	if (!sent)
+	{
+		rw_conn_restore(cap);
+		rw_holds_sweep();
+		if (err.kind == RW_ERR_INTERRUPTED)
+			rw_raise(&node->cmd, &err);
+		return 0;
+	}
+	rw_release_send_owed(node);
+	held_round_trips(node, names, keys, n, mode, status, result, &ierr);
+	rw_conn_restore(cap);
+	/* Granted: from here to the records, nothing may throw. */
+	for (int i = 0; i < n; i++)
+		if (status[i] == RW_GRANTED)
+		{
+			published[i] = rw_holds_granted(hs[i], mode, result[i], started);
+			rw_renew_scheduled(hs[i]->renewed_ms, hs[i]->lease_ms);
+		}
+	for (int i = 0; i < n; i++)
+		if (status[i] == RW_GRANTED)
+			rw_release_granted(node, names[i]);
+	for (prefix = 0; prefix < n && status[prefix] == RW_GRANTED; prefix++)
+	{
+		held_push(hs[prefix], mode, level);
+		rw_stat_add(held_stat_of(mode, level), 1);
+		rw_holds_publish_modes(hs[prefix]);
+		tokens[prefix] = hs[prefix]->token;
+	}
+	for (int i = prefix + 1; i < n; i++)
+		if (status[i] == RW_GRANTED)
+			(void) held_release(hs[i], true);
+	rw_holds_sweep();
+	rw_release_flush();
+	/* The records are right: serve an interrupt that cut the round short. */
+	if (ierr.kind == RW_ERR_INTERRUPTED)
+		rw_raise(&node->cmd, &ierr);
+	for (int i = 0; i < prefix; i++)
+		if (!published[i])
+			held_refuse_unpublished(hs[i]); /* rw_lock_many undoes the rest */
+	rw_operation_end();
+	return prefix;
+}
+
+/*
+ * Take a hold of each of names[0..n-1], all or none (SPEC 16). The names
+ * are distinct and in the canonical order (docs/protocol.md section 19),
+ * which the caller sorted them into: every multi-name call of every client
+ * takes its names in that order, so two of them never wait for each other
+ * in a cycle. Each name goes through rw_lock, exactly as if taken alone
+ * (stacking, upgrades, waits with lock_timeout, cancel, log_lock_waits,
+ * waiter rows and deadlock detection, tokens); the names already taken are
+ * kept while the next is waited for (ordered locking: no starvation, and
+ * the order makes that safe among multi-name calls). Where it can, a first
+ * round tries every name in one round trip per server (held_first_round);
+ * rw_lock goes on from the first name that round did not get.
+ *
+ * wait_ms (with is_try) is the whole call's: each name gets what is left of
+ * it. On any failure the holds this call took are undone (held_undo_many):
+ * a try that runs out returns false once their releases are answered; an
+ * error (timeout, cancel, 40P01, a Redis failure) queues their releases and
+ * goes on, and the abort of the (sub)transaction that the error causes
+ * sends them (held_at_xact_end), bounded by rwlock.command_timeout as at
+ * any abort. tokens[i] is names[i]'s.
+ */
+bool
+rw_lock_many(const char *const *names, int n, RwMode mode, RwLevel level,
+			 long wait_ms, bool is_try, int64 *tokens)
+{
+	int64		deadline = rw_now_ms() + (is_try ? wait_ms : 0);
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int i;
+
+	held_many_pushed = 0;
+	PG_TRY();
+	{
+		i = held_first_round(names, n, mode, level,
+							 is_try ? wait_ms : (LockTimeout > 0 ? LockTimeout : -1),
+							 tokens);
+		for (; i < n; i++)
+		{
+			long		left = is_try ? Max(deadline - rw_now_ms(), 0) : -1;
+
+			if (!rw_lock(names[i], mode, level, left, is_try, &tokens[i]))
+				break;
+		}
+	}
+	PG_CATCH();
+	{
+		int			pushed = held_many_pushed;
+
+		MemoryContextSwitchTo(cxt);
+		held_many_pushed = -1;
+		held_undo_many(names, pushed, mode, level);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	held_many_pushed = -1;
+	if (i < n)
+	{
+		RwError		err = {RW_OK};
+
+		/* A try that ran out: give back what it took, and wait for that. */
+		rw_operation_begin();
+		held_undo_many(names, i, mode, level);
+		rw_release_flush();
+		(void) rw_release_await(&err);
+		rw_operation_end();
+		if (err.kind == RW_ERR_INTERRUPTED)
+			CHECK_FOR_INTERRUPTS();
+		return false;
+	}
 	return true;
 }
 

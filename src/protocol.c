@@ -441,6 +441,59 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
 }
 
 /*
+ * A first try of each of n locks, in one round trip (held.c's
+ * rw_lock_many): the session holds none of them, and a busy lock gets no
+ * intent or mark (a plain try). status[i] is RW_GRANTED, result[i] the
+ * token (a write) or the last write token (a read), or RW_BUSY; any other
+ * answer (an error reply, a redirection) is RW_ACQ_FAILED for that lock
+ * alone: nothing was granted there, and the caller takes it by the single
+ * path, which reports what it meets. False, with *err, if the connection
+ * failed (err->maybe_sent: any of them may have run). Never throws.
+ */
+bool
+rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n, RwMode mode,
+					  int lease_ms, RwAcquireStatus *status, int64 *result,
+					  RwError *err)
+{
+	RwAcquireCall *c = palloc(sizeof(RwAcquireCall) * n);
+	RwScriptCall *calls = palloc(sizeof(RwScriptCall) * n);
+	redisReply **r = palloc(sizeof(redisReply *) * n);
+
+	for (int i = 0; i < n; i++)
+	{
+		const char *args[8] = {RW_PROTOCOL_VERSION, rw_owner_id(), c[i].seq,
+			proto_mode_arg(mode), c[i].lease, "0", c[i].keep, "-"};
+
+		snprintf(c[i].seq, sizeof(c[i].seq), UINT64_FORMAT, rw_proto_seq_next());
+		snprintf(c[i].lease, sizeof(c[i].lease), "%d", lease_ms);
+		snprintf(c[i].keep, sizeof(c[i].keep), "%d", RW_KEEP_TOKEN_MS);
+		proto_prepare(&calls[i], RW_SCRIPT_ACQUIRE, keys[i], 8, args);
+	}
+	err->maybe_sent = false;
+	if (!rw_script_send(conn, calls, n, 0, err))
+		return false;			/* maybe_sent: if the write began */
+	if (!rw_script_collect(conn, calls, n, r, 0, NULL, err))
+	{
+		err->maybe_sent = true;
+		return false;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		status[i] = RW_ACQ_FAILED;
+		if (proto_is_int(r[i]))
+		{
+			status[i] = r[i]->integer >= 0 ? RW_GRANTED : RW_BUSY;
+			result[i] = r[i]->integer >= 0 ? r[i]->integer : -r[i]->integer;
+		}
+		freeReplyObject(r[i]);
+	}
+	pfree(r);
+	pfree(calls);
+	pfree(c);
+	return true;
+}
+
+/*
  * Raise the last write token of a lock this session holds for writing to
  * at least `token` (quorum.c, after a majority granted it), without
  * reading the answer (rw_proto_fence_collect). *c keeps the arguments.

@@ -17,7 +17,8 @@
  *	               those of sessions that exited (release.c), all through
  *	               holdtable.c's interface
  *	  held.c       lock and unlock, stacking, transaction, subtransaction,
- *	               DISCARD ALL and exit callbacks
+ *	               DISCARD ALL and exit callbacks; several names at once,
+ *	               all or none
  *	  waiting.c    waiting for a busy lock: wake-ups, timeouts, cancel;
  *	               asks deadlock.c at each wake-up of a wait
  *	  deadlock.c   a wait made visible and its deadlocks ended: lock-wait
@@ -518,6 +519,10 @@ extern bool rw_proto_acquire_send(RwConn *conn, const RwKeys *keys,
 extern RwAcquireStatus rw_proto_acquire_collect(RwConn *conn, RwAcquireCall *c,
 												int64 *result, char **other,
 												int *acks, RwError *err);
+extern bool rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n,
+								  RwMode mode, int lease_ms,
+								  RwAcquireStatus *status, int64 *result,
+								  RwError *err);
 extern bool rw_proto_fence_send(RwConn *conn, const RwKeys *keys, int64 token,
 								RwAcquireCall *c, RwError *err);
 extern int	rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err);
@@ -974,6 +979,9 @@ extern void rw_operation_begin(void);
 extern void rw_operation_end(void);
 extern bool rw_lock(const char *name, RwMode mode, RwLevel level,
 					long wait_ms, bool is_try, int64 *token);
+extern bool rw_lock_many(const char *const *names, int n, RwMode mode,
+						 RwLevel level, long wait_ms, bool is_try,
+						 int64 *tokens);
 extern bool rw_unlock(const char *name, RwMode mode);
 extern int	rw_unlock_all(bool await);
 

@@ -21,6 +21,10 @@ What it models (SPEC sections 2, 3, 5; README "Functions", docs/functions.md):
   the only timing-dependent rule: the model knows when it may be running,
   and the driver does not ask for a write lock then.
 
+Multi-name calls (lock_many): the distinct names in the canonical order,
+each as a single call; at the first busy name the call's own holds are
+given back and it fails (false or 55P03).
+
 Rules: a read is granted when no other owner holds the write lock; a write
 when no other owner holds anything; an acquisition covered by what Redis
 has for the session (write covers read) is stacked: no Redis call, the
@@ -373,6 +377,89 @@ class Session:
         out.warnings += self.notes
         self.notes = []
         return out
+
+    def lock_many(self, names, mode, level, is_try, waits, now):
+        """One call of a multi-name form (SPEC 16: redis_wlock(text[]) and
+        friends). The distinct names are taken in the canonical order (their
+        UTF-8 bytes, docs/protocol.md 19), each exactly as lock() takes one
+        (stacking, a lost record taken again); at the first busy one, the
+        holds this call took are given back (popped, Redis brought in line:
+        the session's earlier holds stay) and the call answers false (a
+        try) or 55P03. Returns (Outcome, {name: the name's Outcome}) with an
+        Outcome per name taken (token_above, tokens or stacked_token)."""
+        if self.aborted:
+            return Outcome(sqlstate="25P02"), {}
+        lvl = self.level() if self.in_block else 1
+        per, taken = {}, []
+        busy = None
+        order = sorted(set(names), key=lambda n: n.encode("utf-8"))
+        for name in order:
+            r = self.recs.get(name)
+            if r is not None and r.lost:
+                self.notes.append(LOST(name))
+                r.redis_mode = None
+                r.acquired = None
+            if self.would_go_to_redis(name, mode):
+                if self.n_xact() >= self.cap_xact:
+                    self.cap_xact = max(16, 2 * self.cap_xact)
+                ls = self.redis.locks[name]
+                want = self.want(name, mode)
+                if not ls.grantable(self.owner, want):
+                    busy = (name, want)
+                    break
+                if r is None:
+                    r = self.recs[name] = Rec()
+                if want == W:
+                    per[name] = Outcome(value=True, token_above=ls.last_token)
+                else:
+                    per[name] = Outcome(value=True, tokens=ls.expected_read_tokens(now))
+                self.redis.set_mode(name, self.owner, want, now)
+                r.redis_mode = want
+                r.lost = False
+            else:
+                per[name] = Outcome(value=True)
+                per[name].stacked_token = r.token
+            if level == "session":
+                r.stack.append(mode)
+            else:
+                r.xact.append((mode, lvl))
+            taken.append(name)
+        if busy is None:
+            out = self.outcome(value=True if is_try else None)
+            self.statement_end(now)
+            out.warnings += self.notes
+            self.notes = []
+            return out, per
+        # A write grant that is given back raised its name's last token all
+        # the same (the driver reads it from Redis): the names this call took
+        # in Redis before the busy one, and those after it that the first
+        # round (held.c: every name tried at once) was granted and gave back.
+        bumped = [n for n in taken if per[n].token_above is not None]
+        bumped += [n for n in order[order.index(busy[0]) + 1:]
+                   if mode == W and self.redis.locks[n].grantable(self.owner, W)]
+        # All or none: what this call took goes back, most recent first.
+        for name in reversed(taken):
+            r = self.recs[name]
+            if level == "session":
+                r.stack.pop()
+            else:
+                r.xact.pop()
+            self._sync(name, now)
+        if is_try:
+            self.statement_end(now)
+            out = self.outcome(value=False)
+        else:
+            self.abort(now)
+            out = self.outcome(sqlstate="55P03")
+        out.reader_mark = busy[1] == R and waits
+        out.busy_name = busy[0]
+        out.maybe_bumped = bumped
+        # A name held before the call that the call took in Redis (an
+        # upgrade, a lost hold taken again) keeps its earlier holds, with
+        # the token of that grant: the name's last token in Redis.
+        out.retaken = [n for n in taken if n in self.recs and
+                       (per[n].token_above is not None or per[n].tokens is not None)]
+        return out, {}
 
     def granted(self, name, token, mode):
         """The driver saw the token of a Redis grant (checked by then)."""

@@ -5,7 +5,7 @@
 Several SQL sessions (SESSIONS, 4) and a holder of the Python client
 (clients/python) run a random sequence of steps: every lock function
 (redis_wlock, redis_rlock, the try forms with and without a wait, the _xact
-forms), redis_unlock, redis_unlock_all, stacked calls (several in one
+forms; each also on an array of names, all or none), redis_unlock, redis_unlock_all, stacked calls (several in one
 statement, some 100 to 150 deep), BEGIN / COMMIT / ROLLBACK / SAVEPOINT /
 ROLLBACK TO / RELEASE, errors inside transactions (then 25P02 until the
 rollback), DISCARD ALL, bad arguments (22004, 22023), PREPARE TRANSACTION
@@ -455,6 +455,76 @@ class Driver:
         if out.token_above is not None or out.tokens is not None:
             s.granted(name, token, W if out.token_above is not None else R)
 
+    def step_lock_many(self, i):
+        """A multi-name call (SPEC 16): 1 to 4 names, duplicates possible;
+        the tokens in the array's order (a try's from the view, in the same
+        statement), each checked as a single call's."""
+        s, rnd = self.sessions[i], self.rnd
+        names = [self.pick_name() for _ in range(rnd.randint(1, 4))]
+        mode = W if rnd.random() < 0.4 else R
+        level = "session" if rnd.random() < (0.35 if s.in_block else 0.6) else "xact"
+        is_try = rnd.random() < 0.5
+        wait = rnd.choice(["20ms", "50ms"]) if is_try and rnd.random() < 0.3 else None
+        if "STACK" in s.known and not all(s.safe_to_stack(n, mode, level, 1) for n in names):
+            return self.step_unlock(i)
+        if not s.aborted:
+            for n in set(names):
+                if s.want(n, mode) == W:
+                    self.wait_turn(n)
+        fn = "redis_%s%slock%s" % ("try_" if is_try else "", mode,
+                                   "_xact" if level == "xact" else "")
+        call = "%s(%%s::text[]%s)" % (fn, ", %s" if wait else "")
+        args = [names] + ([wait] if wait else [])
+        if is_try:
+            q = ("WITH c AS MATERIALIZED (SELECT %s t) SELECT t, ARRAY(SELECT (SELECT "
+                 "max(token) FROM redis_held_locks h WHERE h.name = n) FROM "
+                 "unnest(%%s::text[]) WITH ORDINALITY u(n, o) ORDER BY o) FROM c" % call)
+            params = args + [names]
+        else:
+            q, params = "SELECT %s" % call, args
+        out, per = s.lock_many(names, mode, level, is_try, not is_try or wait is not None,
+                               time.time())
+        self.count("many %s%s %s%s" % ("try " if is_try else "", mode, level,
+                                       " busy" if out.value is False or out.sqlstate
+                                       else ""))
+        text, rows, state, notices = self.sql(i, q, params)
+        if out.reader_mark:
+            self.model.reader_waited(out.busy_name, time.time() + 2.05)
+        for n in getattr(out, "maybe_bumped", []):
+            # granted and given back in the first round: a new last token
+            f = self.r.hget(hash_key(n), "f")
+            if f is not None:
+                self.check(int(f) >= self.model.locks[n].last_token,
+                           "%s: last token of %s went back to %s"
+                           % (short_sql(text), short(n), f.decode()))
+                self.model.wrote(n, int(f))
+        for n in getattr(out, "retaken", []):
+            f = self.r.hget(hash_key(n), "f")
+            s.recs[n].token = int(f) if f is not None else 0
+        self.compare("S%d" % i, text, out, rows, state, notices)
+        if state:
+            return
+        if is_try:
+            got, tokens = rows[0]
+            self.check(got == out.value, "%s: returned %s, expected %s"
+                       % (short_sql(text), got, out.value))
+            if not got:
+                return
+        else:
+            tokens = rows[0][0]
+        self.check(len(tokens) == len(names), "%s: %d tokens for %d names"
+                   % (short_sql(text), len(tokens), len(names)))
+        seen = {}
+        for name, token in zip(names, tokens):
+            self.check(seen.setdefault(name, token) == token,
+                       "%s: %s has two tokens, %s and %s"
+                       % (short_sql(text), short(name), seen[name], token))
+        for name, token in seen.items():
+            o = per[name]
+            self.check_token(short_sql(text), o, token)
+            if o.token_above is not None or o.tokens is not None:
+                s.granted(name, token, W if o.token_above is not None else R)
+
     def step_partial(self, i):
         """A statement that takes k holds and then fails (22012): session
         holds stay, xact holds go with the (sub)transaction, as advisory
@@ -628,6 +698,10 @@ class Driver:
         cases = [("NULL", "22004"), ("''", "22023"), ("'%s'" % TOO_LONG, "22023")]
         if fn.startswith("redis_try"):
             cases += [("'a', NULL", "22004"), ("'a', '-1 s'", "22023")]
+        if fn != "redis_unlock":
+            # the multi-name forms: a NULL array or element, an empty array
+            cases += [("NULL::text[]", "22004"), ("ARRAY['a', NULL]", "22004"),
+                      ("'{}'::text[]", "22023"), ("ARRAY['a', '']", "22023")]
         arg, state = rnd.choice(cases)
         q = "SELECT %s(%s)" % (fn, arg)
         self.step_simple(i, q, lambda: s.error(time.time(), state), "bad argument")
@@ -662,6 +736,8 @@ class Driver:
                 return self.step_do(i)
             if x < 0.16 and s.in_block and not s.aborted:
                 return self.step_cursor(i)
+            if x < 0.30:
+                return self.step_lock_many(i)
             return self.step_lock(i)
         if ch == "unlock":
             return self.step_unlock(i)

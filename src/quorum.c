@@ -523,6 +523,7 @@ quorum_not_counting(RwNode *node, const RwVote *votes, char *buf, size_t len)
 	RwQuorum   *q = node->quorum;
 	int			others = 0;
 	int			first = -1;
+	char		more[32] = "";
 
 	buf[0] = '\0';
 	for (int i = 0; i < q->n; i++)
@@ -535,11 +536,14 @@ quorum_not_counting(RwNode *node, const RwVote *votes, char *buf, size_t len)
 		}
 	if (first < 0)
 		return;
+	/* no palloc here: the caller must not throw (rw_quorum_acquire) */
+	if (others > 0)
+		snprintf(more, sizeof(more), " (and %d more)", others);
 	snprintf(buf, len,
 			 "; %s:%d%s answered but does not count yet: %s (rwlock.quorum_max_lease + 1 s: it may have restarted empty while it held locks); it counts in %lld ms",
 			 q->member[first]->ep.host ? q->member[first]->ep.host : "a unix socket",
 			 q->member[first]->ep.host ? q->member[first]->ep.port : 0,
-			 others > 0 ? psprintf(" (and %d more)", others) : "",
+			 more,
 			 q->info_refused[first] ?
 			 "its Redis user may not run INFO, so its uptime is unknown and it counts only once this connection is as old as a restart must be (grant +info: quorum mode needs it)" :
 			 "its Redis has not been up as long as a restart must be",

@@ -404,10 +404,59 @@ held_round_trips(RwNode *node, const char *const *names, RwKeys **keys,
 }
 
 /*
+ * held_round_trips for a quorum: each member is asked once the releases
+ * owed there for every name are queued ahead of the tries (as
+ * waiting.c's wait_try_quorum does for one name), then every name tried on
+ * every member in one round trip per member (quorum.c's
+ * rw_quorum_acquire_many). What members granted of a name that did not
+ * get a majority is released there (owed and sent, without waiting: it
+ * goes ahead of the next try on each member). Never throws.
+ */
+static void
+held_quorum_round(RwNode *node, const char *const *names, RwKeys **keys,
+				  int n, RwMode mode, RwAcquireStatus *status, int64 *result,
+				  RwError *ierr)
+{
+	int			members = rw_quorum_size(node);
+	bool		ask[RW_QUORUM_MAX];
+	int			order[RW_QUORUM_MAX];
+	bool	   *owes = palloc(sizeof(bool) * members * n);
+	bool		any = false;
+	int64		until;
+	int64		cap;
+
+	cap = rw_quorum_sending(node, false, order, &until);
+	for (int k = 0; k < members; k++)
+	{
+		int			i = order[k];
+		RwError		err = {RW_OK};
+
+		ask[i] = rw_quorum_may_send(node, i, until, &err);
+		for (int j = 0; ask[i] && j < n; j++)
+			ask[i] = rw_release_settle_member(node, i, names[j], &err);
+	}
+	rw_conn_restore(cap);
+	rw_quorum_acquire_many(node, keys, n, mode, ask, until, status, result,
+						   owes, ierr);
+	for (int j = 0; j < n; j++)
+		for (int i = 0; status[j] != RW_GRANTED && i < members; i++)
+			if (owes[i * n + j])
+			{
+				rw_release_owe(node, i, names[j], keys[j], RW_KEEP_NOTHING,
+							   rw_quorum_lease(node));
+				any = true;
+			}
+	if (any)
+		rw_release_send_owed(node);
+}
+
+/*
  * The first round of rw_lock_many in one round trip per server, where it
- * can be: not in quorum mode, without replica acknowledgement, for names
- * the session holds nothing of, whose owed releases can be queued ahead. Every name is tried at once (pipelined plain tries: no intent, no
- * mark) and every grant recorded before anything can throw. The granted
+ * can be: without replica acknowledgement, for names the session holds
+ * nothing of, whose owed releases can be queued ahead. Every name is tried
+ * at once (pipelined plain tries: no intent, no mark; in quorum mode on
+ * every member, and a write's fencing round likewise) and every grant
+ * recorded before anything can throw. The granted
  * prefix, in the canonical order, is kept and pushed; a name granted after
  * the first that was not is given back at once (its release is queued, and
  * goes out ahead of the next command): the call must never hold, while it
@@ -444,8 +493,6 @@ held_first_round(const char *const *names, int n, RwMode mode,
 	rw_operation_begin();
 	rw_renew_due(false, NULL);
 	node = rw_current_node();
-	if (node->quorum != NULL)
-		return 0;
 	hs = palloc(sizeof(RwHeld *) * n);
 	keys = palloc(sizeof(RwKeys *) * n);
 	status = palloc(sizeof(RwAcquireStatus) * n);
@@ -474,7 +521,10 @@ held_first_round(const char *const *names, int n, RwMode mode,
 		return 0;
 	}
 	rw_release_send_owed(node);
-	held_round_trips(node, names, keys, n, mode, status, result, &ierr);
+	if (node->quorum != NULL)
+		held_quorum_round(node, names, keys, n, mode, status, result, &ierr);
+	else
+		held_round_trips(node, names, keys, n, mode, status, result, &ierr);
 	rw_conn_restore(cap);
 	/* Granted: from here to the records, nothing may throw. */
 	for (int i = 0; i < n; i++)

@@ -441,43 +441,62 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
 }
 
 /*
- * A first try of each of n locks, in one round trip (held.c's
- * rw_lock_many): the session holds none of them, and a busy lock gets no
- * intent or mark (a plain try). status[i] is RW_GRANTED, result[i] the
- * token (a write) or the last write token (a read), or RW_BUSY; any other
- * answer (an error reply, a redirection) is RW_ACQ_FAILED for that lock
- * alone: nothing was granted there, and the caller takes it by the single
- * path, which reports what it meets. False, with *err, if the connection
- * failed (err->maybe_sent: any of them may have run). Never throws.
+ * First tries of n locks on one connection, pipelined (held.c's first
+ * round of several names): the session holds none of them, and a busy lock
+ * gets no intent or mark (a plain try). Written out here, read by
+ * rw_proto_acquire_many_collect: a quorum writes to every member before it
+ * reads from any. *b keeps the calls until then. False, with *err, if the
+ * connection could not be had or failed (err->maybe_sent: any of them may
+ * have run). Never throws (but out of memory).
  */
 bool
-rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n, RwMode mode,
-					  int lease_ms, RwAcquireStatus *status, int64 *result,
-					  RwError *err)
+rw_proto_acquire_many_send(RwConn *conn, RwKeys *const *keys, int n,
+						   RwMode mode, int lease_ms, RwTryBatch *b,
+						   RwError *err)
 {
-	RwAcquireCall *c = palloc(sizeof(RwAcquireCall) * n);
-	RwScriptCall *calls = palloc(sizeof(RwScriptCall) * n);
-	redisReply **r = palloc(sizeof(redisReply *) * n);
-
+	b->n = n;
+	b->c = palloc(sizeof(RwAcquireCall) * n);
+	b->calls = palloc(sizeof(RwScriptCall) * n);
 	for (int i = 0; i < n; i++)
 	{
-		const char *args[8] = {RW_PROTOCOL_VERSION, rw_owner_id(), c[i].seq,
-			proto_mode_arg(mode), c[i].lease, "0", c[i].keep, "-"};
+		RwAcquireCall *c = &b->c[i];
+		const char *args[8] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->seq,
+			proto_mode_arg(mode), c->lease, "0", c->keep, "-"};
 
-		snprintf(c[i].seq, sizeof(c[i].seq), UINT64_FORMAT, rw_proto_seq_next());
-		snprintf(c[i].lease, sizeof(c[i].lease), "%d", lease_ms);
-		snprintf(c[i].keep, sizeof(c[i].keep), "%d", RW_KEEP_TOKEN_MS);
-		proto_prepare(&calls[i], RW_SCRIPT_ACQUIRE, keys[i], 8, args);
+		snprintf(c->seq, sizeof(c->seq), UINT64_FORMAT, rw_proto_seq_next());
+		snprintf(c->lease, sizeof(c->lease), "%d", lease_ms);
+		snprintf(c->keep, sizeof(c->keep), "%d", RW_KEEP_TOKEN_MS);
+		proto_prepare(&b->calls[i], RW_SCRIPT_ACQUIRE, keys[i], 8, args);
 	}
 	err->maybe_sent = false;
-	if (!rw_script_send(conn, calls, n, 0, err))
-		return false;			/* maybe_sent: if the write began */
-	if (!rw_script_collect(conn, calls, n, r, 0, NULL, err))
+	return rw_script_send(conn, b->calls, n, 0, err);	/* maybe_sent: if the
+														 * write began */
+}
+
+/*
+ * Read the answers to rw_proto_acquire_many_send, all of them (the
+ * connection is left with nothing half read). status[i] is RW_GRANTED,
+ * result[i] the token (a write) or the last write token (a read), or
+ * RW_BUSY; any other answer (an error reply, a redirection) is
+ * RW_ACQ_FAILED for that lock alone: an error reply comes before the
+ * script's writes, so nothing was granted there, and the caller takes it
+ * by the single path, which reports what it meets. False, with *err, if
+ * the connection failed (err->maybe_sent: any of them may have run).
+ * Never throws (but out of memory).
+ */
+bool
+rw_proto_acquire_many_collect(RwConn *conn, RwTryBatch *b,
+							  RwAcquireStatus *status, int64 *result,
+							  RwError *err)
+{
+	redisReply **r = palloc(sizeof(redisReply *) * b->n);
+
+	if (!rw_script_collect(conn, b->calls, b->n, r, 0, NULL, err))
 	{
 		err->maybe_sent = true;
 		return false;
 	}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < b->n; i++)
 	{
 		status[i] = RW_ACQ_FAILED;
 		if (proto_is_int(r[i]))
@@ -488,8 +507,75 @@ rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n, RwMode mode,
 		freeReplyObject(r[i]);
 	}
 	pfree(r);
-	pfree(calls);
-	pfree(c);
+	return true;
+}
+
+/*
+ * A first try of each of n locks in one round trip on one connection:
+ * rw_proto_acquire_many_send, then _collect.
+ */
+bool
+rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n, RwMode mode,
+					  int lease_ms, RwAcquireStatus *status, int64 *result,
+					  RwError *err)
+{
+	RwTryBatch	b;
+
+	if (!rw_proto_acquire_many_send(conn, keys, n, mode, lease_ms, &b, err))
+		return false;
+	return rw_proto_acquire_many_collect(conn, &b, status, result, err);
+}
+
+/*
+ * Raise the last write token of each of n locks this session holds for
+ * writing to at least tokens[i] (quorum.c, after a majority granted them in
+ * one round), pipelined, without reading the answers
+ * (rw_proto_fence_many_collect). As rw_proto_acquire_many_send.
+ */
+bool
+rw_proto_fence_many_send(RwConn *conn, RwKeys *const *keys,
+						 const int64 *tokens, int n, RwTryBatch *b,
+						 RwError *err)
+{
+	b->n = n;
+	b->c = palloc(sizeof(RwAcquireCall) * n);
+	b->calls = palloc(sizeof(RwScriptCall) * n);
+	for (int i = 0; i < n; i++)
+	{
+		RwAcquireCall *c = &b->c[i];
+		const char *args[4] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->seq, c->lease};
+
+		snprintf(c->seq, sizeof(c->seq), UINT64_FORMAT, rw_proto_seq_now());
+		snprintf(c->lease, sizeof(c->lease), INT64_FORMAT, tokens[i]);
+		rw_script_prepare(&b->calls[i], RW_SCRIPT_FENCE, 1,
+						  (const char *const *) keys[i]->key, keys[i]->len,
+						  4, args);
+	}
+	err->maybe_sent = false;
+	return rw_script_send(conn, b->calls, n, 0, err);
+}
+
+/*
+ * Read the answers to rw_proto_fence_many_send: held[i] as
+ * rw_proto_collect_held's (1: raised; 0: not held there; -1: refused).
+ * False, with *err, if the connection failed. Never throws (but out of
+ * memory).
+ */
+bool
+rw_proto_fence_many_collect(RwConn *conn, RwTryBatch *b, int *held,
+							RwError *err)
+{
+	redisReply **r = palloc(sizeof(redisReply *) * b->n);
+
+	if (!rw_script_collect(conn, b->calls, b->n, r, 0, NULL, err))
+		return false;
+	for (int i = 0; i < b->n; i++)
+	{
+		RwError		e;
+
+		held[i] = rw_proto_release_result(r[i], &e);
+	}
+	pfree(r);
 	return true;
 }
 

@@ -673,6 +673,187 @@ rw_quorum_acquire(RwNode *node, const RwKeys *keys, RwMode mode,
 	return RW_BUSY;
 }
 
+/* An interrupt met by a round of several names: kept, to be served. */
+static void
+quorum_note_interrupt(const RwError *err, RwError *ierr)
+{
+	if (err->kind == RW_ERR_INTERRUPTED && ierr->kind != RW_ERR_INTERRUPTED)
+		*ierr = *err;
+}
+
+/*
+ * The fencing round of rw_quorum_acquire_many: every name j a majority
+ * granted (ok[j]) has its token tok[j] raised on the granting members
+ * below it, one pipeline per member, all written before any is read.
+ * have[j]: how many members that count have it now. st and res are the
+ * acquisition's answers, member i's for name j at [i * n + j].
+ */
+static void
+quorum_fence_many(RwNode *node, RwKeys *const *keys, int n,
+				  const bool *sent, const bool *counts,
+				  const RwAcquireStatus *st, const int64 *res,
+				  const bool *ok, const int64 *tok, int *have)
+{
+	RwQuorum   *q = node->quorum;
+	RwTryBatch	b[RW_QUORUM_MAX];
+	int		   *which[RW_QUORUM_MAX];
+	int			nf[RW_QUORUM_MAX];
+	RwKeys	  **fkeys = palloc(sizeof(RwKeys *) * n);
+	int64	   *ftok = palloc(sizeof(int64) * n);
+	int		   *held = palloc(sizeof(int) * n);
+	int64		cap;
+
+	for (int i = 0; i < q->n; i++)
+	{
+		RwError		err = {RW_OK};
+
+		nf[i] = 0;
+		which[i] = palloc(sizeof(int) * n);
+		for (int j = 0; sent[i] && j < n; j++)
+		{
+			if (!ok[j] || st[i * n + j] != RW_GRANTED)
+				continue;
+			if (res[i * n + j] >= tok[j])
+				have[j] += counts[i];
+			else
+			{
+				which[i][nf[i]] = j;
+				fkeys[nf[i]] = keys[j];
+				ftok[nf[i]++] = tok[j];
+			}
+		}
+		if (nf[i] > 0 &&
+			!rw_proto_fence_many_send(&q->member[i]->cmd, fkeys, ftok, nf[i],
+									  &b[i], &err))
+		{
+			rw_quorum_failed(node, i, &err);
+			nf[i] = 0;
+		}
+	}
+	cap = rw_quorum_reading();
+	for (int i = 0; i < q->n; i++)
+	{
+		RwError		err = {RW_OK};
+
+		if (nf[i] == 0)
+			continue;
+		if (!rw_proto_fence_many_collect(&q->member[i]->cmd, &b[i], held, &err))
+		{
+			rw_quorum_failed(node, i, &err);
+			continue;
+		}
+		for (int k = 0; k < nf[i]; k++)
+			if (held[k] == 1)
+				have[which[i][k]] += counts[i];
+	}
+	rw_conn_restore(cap);
+}
+
+/*
+ * A first try of each of n locks (none held by the session; plain tries:
+ * no intent, no mark) on every member of the quorum, in one round trip per
+ * member: every member's pipeline is written before any answer is read,
+ * and a write's fencing round likewise (held.c's first round of several
+ * names). ask[] and send_until as rw_quorum_acquire's. status[j] is
+ * RW_GRANTED when, as rw_quorum_acquire counts it, a majority of the
+ * members that count granted name j in time and (a write) has its token,
+ * result[j]; else RW_ACQ_FAILED: the caller takes that name by the single
+ * path. owes[i * n + j]: member i granted name j, or may have (its
+ * connection failed after the write began); for a name not granted, the
+ * caller releases it there. An interrupt is kept in *ierr, the round going
+ * on (what it costs: each wait left returns at once). Never throws (but
+ * out of memory).
+ */
+void
+rw_quorum_acquire_many(RwNode *node, RwKeys *const *keys, int n,
+					   RwMode mode, const bool *ask, int64 send_until,
+					   RwAcquireStatus *status, int64 *result, bool *owes,
+					   RwError *ierr)
+{
+	RwQuorum   *q = node->quorum;
+	int64		started = rw_now_ms();
+	int			order[RW_QUORUM_MAX];
+	bool		sent[RW_QUORUM_MAX];
+	bool		counts[RW_QUORUM_MAX];
+	RwTryBatch	b[RW_QUORUM_MAX];
+	RwAcquireStatus *st = palloc(sizeof(RwAcquireStatus) * q->n * n);
+	int64	   *res = palloc(sizeof(int64) * q->n * n);
+	bool	   *ok = palloc(sizeof(bool) * n);
+	int		   *have = palloc0(sizeof(int) * n);
+	int64		cap;
+
+	memset(owes, 0, sizeof(bool) * q->n * n);
+	/* Written to every member (quorum.c: timing)... */
+	cap = rw_conn_tighten(send_until);
+	quorum_order(node, false, order);
+	for (int k = 0; k < q->n; k++)
+	{
+		int			i = order[k];
+		RwError		err = {RW_OK};
+
+		sent[i] = false;
+		if (!ask[i] || !rw_quorum_may_send(node, i, send_until, &err))
+			continue;
+		if (!quorum_ready(node, i, &err) ||
+			!rw_proto_acquire_many_send(&q->member[i]->cmd, keys, n, mode,
+										rw_quorum_lease(node), &b[i], &err))
+		{
+			rw_quorum_failed(node, i, &err);
+			for (int j = 0; err.maybe_sent && j < n; j++)
+				owes[i * n + j] = true;
+			quorum_note_interrupt(&err, ierr);
+			continue;
+		}
+		sent[i] = true;
+		counts[i] = rw_quorum_counts(node, i, NULL);
+	}
+	rw_conn_restore(cap);
+	/* ... then every answer read, within one rwlock.command_timeout. */
+	cap = rw_quorum_reading();
+	for (int i = 0; i < q->n; i++)
+	{
+		RwError		err = {RW_OK};
+
+		if (!sent[i])
+			continue;
+		if (!rw_proto_acquire_many_collect(&q->member[i]->cmd, &b[i],
+										   &st[i * n], &res[i * n], &err))
+		{
+			rw_quorum_failed(node, i, &err);
+			for (int j = 0; j < n; j++)
+				owes[i * n + j] = true;
+			quorum_note_interrupt(&err, ierr);
+			sent[i] = false;
+			continue;
+		}
+		for (int j = 0; j < n; j++)
+			owes[i * n + j] = st[i * n + j] == RW_GRANTED;
+	}
+	rw_conn_restore(cap);
+
+	/* Counted as rw_quorum_acquire counts one name. */
+	for (int j = 0; j < n; j++)
+	{
+		int			granted = 0;
+
+		result[j] = 0;
+		for (int i = 0; i < q->n; i++)
+			if (sent[i] && st[i * n + j] == RW_GRANTED)
+			{
+				result[j] = Max(result[j], res[i * n + j]);
+				granted += counts[i];
+			}
+		ok[j] = granted >= rw_quorum_majority(node) &&
+			quorum_in_time(node, started);
+	}
+	if (mode == RW_WRITE)
+		quorum_fence_many(node, keys, n, sent, counts, st, res, ok, result, have);
+	for (int j = 0; j < n; j++)
+		status[j] = ok[j] &&
+			(mode == RW_READ || have[j] >= rw_quorum_majority(node)) &&
+			quorum_in_time(node, started) ? RW_GRANTED : RW_ACQ_FAILED;
+}
+
 /*
  * A member's renewal failed: noted, and the first failure (an interrupt
  * first of all) kept in *err.

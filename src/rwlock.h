@@ -519,10 +519,29 @@ extern bool rw_proto_acquire_send(RwConn *conn, const RwKeys *keys,
 extern RwAcquireStatus rw_proto_acquire_collect(RwConn *conn, RwAcquireCall *c,
 												int64 *result, char **other,
 												int *acks, RwError *err);
+/* First tries of several locks on one connection, pipelined (held.c) */
+typedef struct RwTryBatch
+{
+	int			n;
+	RwAcquireCall *c;			/* each call's argument buffers */
+	RwScriptCall *calls;
+} RwTryBatch;
+
+extern bool rw_proto_acquire_many_send(RwConn *conn, RwKeys *const *keys,
+									   int n, RwMode mode, int lease_ms,
+									   RwTryBatch *b, RwError *err);
+extern bool rw_proto_acquire_many_collect(RwConn *conn, RwTryBatch *b,
+										  RwAcquireStatus *status,
+										  int64 *result, RwError *err);
 extern bool rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n,
 								  RwMode mode, int lease_ms,
 								  RwAcquireStatus *status, int64 *result,
 								  RwError *err);
+extern bool rw_proto_fence_many_send(RwConn *conn, RwKeys *const *keys,
+									 const int64 *tokens, int n,
+									 RwTryBatch *b, RwError *err);
+extern bool rw_proto_fence_many_collect(RwConn *conn, RwTryBatch *b,
+										int *held, RwError *err);
 extern bool rw_proto_fence_send(RwConn *conn, const RwKeys *keys, int64 token,
 								RwAcquireCall *c, RwError *err);
 extern int	rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err);
@@ -776,6 +795,10 @@ extern RwAcquireStatus rw_quorum_acquire(RwNode *node, const RwKeys *keys,
 										 RwVote *votes, int64 *result,
 										 char **other, bool *split,
 										 RwError *err);
+extern void rw_quorum_acquire_many(RwNode *node, RwKeys *const *keys, int n,
+								   RwMode mode, const bool *ask,
+								   int64 send_until, RwAcquireStatus *status,
+								   int64 *result, bool *owes, RwError *ierr);
 extern bool rw_quorum_renew(RwNode *node, RwKeys **keys,
 							const char *const *owners, const uint64 *seqs,
 							const int *lease_ms, int n, int *held,

@@ -440,6 +440,15 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
 	return rw_proto_acquire_collect(conn, &c, result, other, acks, err);
 }
 
+/* Room for n calls of a pipelined batch, and their arguments. */
+static void
+proto_batch_alloc(RwTryBatch *b, int n)
+{
+	b->n = n;
+	b->c = palloc(sizeof(RwAcquireCall) * n);
+	b->calls = palloc(sizeof(RwScriptCall) * n);
+}
+
 /*
  * First tries of n locks on one connection, pipelined (held.c's first
  * round of several names): the session holds none of them, and a busy lock
@@ -454,9 +463,7 @@ rw_proto_acquire_many_send(RwConn *conn, RwKeys *const *keys, int n,
 						   RwMode mode, int lease_ms, RwTryBatch *b,
 						   RwError *err)
 {
-	b->n = n;
-	b->c = palloc(sizeof(RwAcquireCall) * n);
-	b->calls = palloc(sizeof(RwScriptCall) * n);
+	proto_batch_alloc(b, n);
 	for (int i = 0; i < n; i++)
 	{
 		RwAcquireCall *c = &b->c[i];
@@ -537,9 +544,7 @@ rw_proto_fence_many_send(RwConn *conn, RwKeys *const *keys,
 						 const int64 *tokens, int n, RwTryBatch *b,
 						 RwError *err)
 {
-	b->n = n;
-	b->c = palloc(sizeof(RwAcquireCall) * n);
-	b->calls = palloc(sizeof(RwScriptCall) * n);
+	proto_batch_alloc(b, n);
 	for (int i = 0; i < n; i++)
 	{
 		RwAcquireCall *c = &b->c[i];

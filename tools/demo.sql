@@ -43,3 +43,9 @@ SELECT state, cardinality(readers) AS readers FROM redis_lock_info('report');
 COMMIT;
 SELECT * FROM dblink('other', $$SELECT redis_unlock('report')$$) AS t(unlocked bool);
 SELECT state FROM redis_lock_info('report');
+
+\echo
+\echo '-- Several names at once: all or none, taken in one canonical order.'
+SELECT redis_wlock(ARRAY['invoice:42', 'customer:7']) AS tokens;
+SELECT name, mode FROM redis_held_locks ORDER BY name;
+SELECT redis_unlock_all() AS released;

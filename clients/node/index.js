@@ -1354,9 +1354,12 @@ class Lock extends EventEmitter {
 class MultiLock extends EventEmitter {
   constructor(locks, names, mode, options = {}) {
     super();
-    const order = canonicalOrder(names);
+    if (typeof names === 'string' || !names || typeof names[Symbol.iterator] !== 'function') {
+      throw new TypeError('names must be an array of lock names');
+    }
+    this.names = [...names]; // once: names may be an iterator
+    const order = canonicalOrder(this.names);
     if (!order.length) throw new TypeError('no lock names given');
-    this.names = [...names];
     this.mode = mode;
     this.timeout = options.timeout;
     if (options.onLost) this.on('lost', options.onLost);

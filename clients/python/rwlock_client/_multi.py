@@ -38,8 +38,10 @@ class _MultiBase(Generic[L]):
     def __init__(self, names: Iterable[str], mode: str,
                  make: Callable[[str, Optional[str]], L], timeout: Optional[float],
                  owner: Optional[str]) -> None:
-        self.names: List[str] = list(names) if not isinstance(names, (str, bytes)) else []
-        order = canonical_order(names)
+        if isinstance(names, (str, bytes)):
+            canonical_order(names)          # raises TypeError
+        self.names: List[str] = list(names)     # once: names may be an iterator
+        order = canonical_order(self.names)
         if not order:
             raise ValueError("no lock names given")
         self.mode = mode

@@ -1,5 +1,6 @@
 'use strict';
-// clients_api.js: the Node client's scoped use, errors and URLs, and its
+// clients_api.js: the Node client's scoped use, errors, URLs, several names
+// at once (writeLocks, using() with an array), and its
 // late requests (protocol 3's request order, as the least-privilege Redis
 // user of docs/connecting.md), against the real servers
 // test/clients_api.py started (their URLs in argv[2], JSON).
@@ -130,6 +131,119 @@ async function misuse(locks) {
   await locks.readLock('api:held2').acquire();
   check('releaseAll() releases every hold', (await locks.releaseAll()) >= 2 && locks.holds.size === 0 &&
     (await locks.info('api:held1')).state === 'free' && (await locks.info('api:held2')).state === 'free');
+}
+
+// Several names at once (docs/protocol.md 19): the canonical order whatever
+// the caller's, seen in Redis while the call waits; the UTF-8 order, not
+// JavaScript's <; duplicates; all or none on a timeout, an abort and an
+// error; a timeout that bounds the whole call; using() with an array.
+async function multi(redis, locks) {
+  const p = 'api:mnode:';
+  const [a, b, c] = [`${p}a`, `${p}b`, `${p}c`];
+  const state = async (n) => (await locks.info(n)).state;
+  const until = async (cond, ms = 5000) => {
+    const end = Date.now() + ms;
+    while (Date.now() < end) {
+      if (await cond()) return true;
+      await sleep(20);
+    }
+    return cond();
+  };
+  const short = (l) => JSON.stringify(l.map((n) => n.slice(p.length)));
+  for (const given of [[c, b, a], [b, c, a], [a, c, b]]) {
+    const blocker = locks.writeLock(b);
+    await blocker.acquire(5000);
+    const ml = locks.writeLocks(given);
+    const pending = ml.acquire(10000);
+    const waited = await until(async () => ml.owner in (await locks.info(b)).waiting);
+    const ia = await locks.info(a);
+    const sc = await state(c);
+    check(`writeLocks(${short(given)}): holds a, not c, while it waits for b`,
+      waited && ia.state === 'write' && ia.writer === ml.owner && sc === 'free', `${waited} ${ia.state} ${sc}`);
+    await blocker.release();
+    const toks = await pending;
+    const want = await Promise.all(given.map(async (n) => (await locks.info(n)).token));
+    check(`writeLocks(${short(given)}): then all, tokens in the caller's order`,
+      ml.held && JSON.stringify(toks) === JSON.stringify(want), `${toks} ${want}`);
+    check('one owner id, one Lock per name in the canonical order',
+      JSON.stringify(ml.locks.map((l) => l.name)) === JSON.stringify([a, b, c]) &&
+      ml.locks.every((l) => l.owner === ml.owner));
+    check('release() gives every name back', (await ml.release()) === true &&
+      (await state(a)) === 'free' && (await state(b)) === 'free' && (await state(c)) === 'free');
+  }
+  // UTF-8 bytes: 'x\uFF5E' (EF BD 9E) before 'x\u{1F600}' (F0 9F 98 80), which < puts first.
+  const odd = [`${p}x\u{1F600}`, `${p}x\uFF5E`];
+  const blocker = locks.writeLock(odd[0]);
+  await blocker.acquire(5000);
+  const mo = locks.writeLocks(odd);
+  check('the canonical order is the UTF-8 bytes\', not JavaScript\'s <',
+    mo.locks[0].name === odd[1] && rw.canonicalOrder(odd)[0] === odd[1] && [...odd].sort()[0] === odd[0]);
+  const got = await mo.tryAcquire(200);
+  check('tryAcquire(200) with its last name busy: false, the first given back',
+    got === false && (await state(odd[1])) === 'free' && !mo.locks.some((l) => l.held));
+  await blocker.release();
+  // Duplicates: one hold, its token at each place.
+  const md = locks.writeLocks([b, a, b]);
+  const td = await md.acquire(5000);
+  check(`a name given twice is one hold (${md.locks.length} locks), its token at each place`,
+    md.locks.length === 2 && td.length === 3 && td[0] === td[2] && td[0] === (await locks.info(b)).token);
+  await md.release();
+  // A timeout on the second name gives the first back.
+  const hb = locks.writeLock(b);
+  await hb.acquire(5000);
+  let t0 = Date.now();
+  const e1 = await rejects(locks.writeLocks([b, a]).acquire(300));
+  let el = Date.now() - t0;
+  check(`a timeout on the second name: LockTimeout after ${el} ms, the first given back`,
+    e1 instanceof rw.LockTimeout && el >= 280 && el < 1500 && (await state(a)) === 'free', String(e1));
+  // An abort likewise.
+  const ac = new AbortController();
+  const mab = locks.writeLocks([b, a]);
+  setTimeout(() => ac.abort(), 200);
+  const e2 = await rejects(mab.acquire({ signal: ac.signal }));
+  check('an AbortSignal during the wait for the second name: AbortError, the first given back',
+    e2 instanceof rw.AbortError && (await state(a)) === 'free' && !mab.locks.some((l) => l.held), String(e2));
+  await hb.release();
+  // The timeout bounds the whole call: a let go after 300 ms, c held throughout.
+  const ha = locks.writeLock(a);
+  const hc = locks.writeLock(c);
+  await ha.acquire(5000);
+  await hc.acquire(5000);
+  setTimeout(() => ha.release(), 300);
+  t0 = Date.now();
+  const e3 = await rejects(locks.writeLocks([c, a, b]).acquire(600));
+  el = Date.now() - t0;
+  check(`the timeout bounds the whole call (600 ms: ${el} ms), a and b given back`,
+    e3 instanceof rw.LockTimeout && el >= 580 && el < 1200 && (await state(a)) === 'free' &&
+    (await state(b)) === 'free', String(e3));
+  await hc.release();
+  // An error on the second name (its key is not a hash).
+  await redis.set(rw.lockKeys('rwlock', b)[0], 'not a hash');
+  const e4 = await rejects(locks.writeLocks([b, a]).acquire(2000));
+  check('an error on the second name is thrown, the first given back',
+    e4 instanceof Error && /WRONGTYPE/.test(e4.message) && (await state(a)) === 'free', String(e4));
+  await redis.del(rw.lockKeys('rwlock', b)[0]);
+  // using() with an array: all held in fn, all free after; read locks share.
+  const v = await locks.using([c, a], 'r', async (signal, ml) => {
+    const other = await locks.readLocks([a, c]).tryAcquire();
+    return ml.held && !signal.aborted && other && Object.keys((await locks.info(a)).readers).length === 2;
+  });
+  await locks.releaseAll();
+  check('using([c, a], "r", fn): all held in fn (shared), free after', v === true &&
+    (await state(a)) === 'free' && (await state(c)) === 'free');
+  const e5 = await rejects(locks.using([a, b], 'w', async () => {
+    await redis.del(rw.lockKeys('rwlock', b)[0]);
+    await sleep(700);
+  }, { lease: 600 }));
+  check('using([a, b]): a lost name rejects with LockLost naming it',
+    e5 instanceof rw.LockLost && e5.lock === b, String(e5));
+  let e6 = null;
+  try {
+    locks.writeLocks('ab');
+  } catch (x) {
+    e6 = x;
+  }
+  check('writeLocks(a string): TypeError', e6 instanceof TypeError);
 }
 
 // A request that Redis runs after a newer one of its owner changes nothing
@@ -276,6 +390,7 @@ async function main() {
     await scoped(redis, locks);
     await gone();
     await misuse(locks);
+    await multi(redis, locks);
     await stale(redis);
     for (const k of ['redis', 'unix', 'cluster', 'sentinel']) if (urls[k]) await fromUrl(k, urls[k]);
     let e = null;

@@ -6,6 +6,11 @@ against real servers on 127.0.0.1 (no PostgreSQL needed):
   raising LockLost at its end (a warning with raise_on_lost=False; the
   block's own error wins), Node's using() with its AbortSignal (also when
   the renewals hang: Redis paused past the lease);
+- several names at once (write_locks / read_locks of Client, AsyncClient,
+  QuorumClient, AsyncQuorumClient; Node's writeLocks in clients_api.js):
+  the canonical order whatever the caller's (seen in Redis while the call
+  waits), duplicates, all or none on a timeout, an error and a cancel,
+  a timeout that bounds the whole call;
 - one error hierarchy, the same names in both (compared), misuse typed
   (AlreadyHeld, NotHeld, still RuntimeErrors in Python), release_all;
 - from_url / Locks.fromUrl on every form of rwlock.redis_url, each with a
@@ -299,6 +304,210 @@ def misuse(res, r):
               and locks.info("api:all1")["state"] == "free" and not locks.held_locks())
 
 
+# -- several names at once (docs/protocol.md 19) ---------------------------------------
+
+MULTI_ODD = ("x\U0001F600", "x\uFF5E")   # UTF-8: \uFF5E first; UTF-16 (JS <): the emoji first
+
+
+def wait_for(cond, timeout=5.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def multi(res, r, locks, label):
+    """write_locks / read_locks of a synchronous client (a Client or a
+    QuorumClient): the canonical order whatever the caller's, duplicates,
+    all or none (a timeout, an error on the second name), a timeout that
+    bounds the whole call, tokens in the caller's order, with."""
+    other = locks                       # holds names in the way (another owner)
+    p = "api:m%s:" % label
+    a, b, c = p + "a", p + "b", p + "c"
+
+    def state(n):
+        i = locks.info(n)
+        return i["state"], i["writer"]
+
+    # The order: with b held by another, a call on [c, b, a] or [b, c, a]
+    # holds a (before b) while it waits for b, and never c.
+    for given in ([c, b, a], [b, c, a], [a, c, b]):
+        blocker = other.write_lock(b)
+        blocker.acquire(timeout=5)
+        ml = locks.write_locks(given)
+        bg = threading.Thread(target=lambda: ml.acquire(timeout=10))
+        bg.start()
+        waited = wait_for(lambda: ml.owner in locks.info(b)["waiting"])
+        sa, sc = state(a), state(c)
+        res.check("%s write_locks(%s): holds %s and not %s while it waits for %s"
+                  % (label, [n[len(p):] for n in given], a[len(p):], c[len(p):], b[len(p):]),
+                  waited and sa == ("write", ml.owner) and sc == ("free", None),
+                  "waited %s, a %s, c %s" % (waited, sa, sc))
+        blocker.release()
+        bg.join(10)
+        toks = [locks.info(n)["token"] for n in given]
+        res.check("%s write_locks(%s): then all, tokens in the caller's order %s"
+                  % (label, [n[len(p):] for n in given], ml.tokens),
+                  ml.held and ml.tokens == toks and all(state(n)[1] == ml.owner for n in given),
+                  "held %s, tokens %s, redis %s" % (ml.held, ml.tokens, toks))
+        res.check("%s: one owner id, one Lock per name in the canonical order" % label,
+                  [lk.name for lk in ml.locks] == [a, b, c]
+                  and {lk.owner for lk in ml.locks} == {ml.owner})
+        res.check("%s: release() gives every name back" % label,
+                  ml.release() is True and all(state(n)[0] == "free" for n in given))
+    # UTF-8 bytes, not UTF-16 code units (JavaScript's < on strings).
+    odd = [p + n for n in MULTI_ODD]
+    blocker = other.write_lock(odd[0])
+    blocker.acquire(timeout=5)
+    ml = locks.write_locks(odd)
+    res.check("%s: the canonical order is the UTF-8 bytes' (%r first)" % (label, MULTI_ODD[1]),
+              [lk.name for lk in ml.locks] == [odd[1], odd[0]]
+              and rw.canonical_order(odd) == [odd[1], odd[0]])
+    got = ml.try_acquire(0.2)
+    res.check("%s: try_acquire(0.2) with its last name busy: False, the first given back"
+              % label, got is False and state(odd[1])[0] == "free" and not ml.held)
+    blocker.release()
+    # Duplicates are one name; its token at each place.
+    ml = locks.write_locks([b, a, b])
+    toks = ml.acquire(timeout=5)
+    res.check("%s: a name given twice is one hold (%d locks), its token at each place"
+              % (label, len(ml.locks)), len(ml.locks) == 2 and len(toks) == 3
+              and toks[0] == toks[2] == locks.info(b)["token"] and toks[1] == locks.info(a)["token"])
+    ml.release()
+    # All or none: a timeout on the second name gives the first back; the
+    # timeout bounds the whole call (a then c held, a let go after 0.3 s).
+    blocker = other.write_lock(b)
+    blocker.acquire(timeout=5)
+    ml = locks.write_locks([a, b], timeout=0.4)
+    t0 = time.monotonic()
+    try:
+        ml.acquire(0.4)
+        res.check("%s: a timeout on the second name: LockTimeout" % label, False, "acquired")
+    except rw.LockTimeout as e:
+        el = time.monotonic() - t0
+        res.check("%s: a timeout on the second name: LockTimeout after %.2f s (%s), the "
+                  "first given back" % (label, el, e), 0.35 < el < 1.5
+                  and state(a)[0] == "free" and not any(lk.held for lk in ml.locks))
+    blocker.release()
+    ha, hc = other.write_lock(a), other.write_lock(c)
+    ha.acquire(timeout=5)
+    hc.acquire(timeout=5)
+    threading.Timer(0.3, ha.release).start()
+    ml = locks.write_locks([c, a, b])
+    t0 = time.monotonic()
+    try:
+        ml.acquire(timeout=0.6)
+        res.check("%s: the timeout bounds the whole call" % label, False, "acquired")
+    except rw.LockTimeout:
+        el = time.monotonic() - t0
+        res.check("%s: the timeout bounds the whole call (0.6 s: %.2f s), a and b given back"
+                  % (label, el), 0.55 < el < 1.2 and state(a)[0] == "free"
+                  and state(b)[0] == "free", "%.2f s" % el)
+    hc.release()
+    # An error on the second name (its key is not a hash): the first given back.
+    r_b = [x for x in (r if isinstance(r, list) else [r])]
+    for x in r_b:
+        x.set(rw.lock_keys("rwlock", b)[0], "not a hash")
+    ml = locks.write_locks([b, a])
+    try:
+        ml.acquire(timeout=2)
+        res.check("%s: an error on the second name is raised" % label, False, "acquired")
+    except Exception as e:      # noqa: BLE001
+        res.check("%s: an error on the second name is raised (%s), the first given back"
+                  % (label, type(e).__name__), state(a)[0] == "free" and not ml.locks[0].held,
+                  str(e))
+    for x in r_b:
+        x.delete(rw.lock_keys("rwlock", b)[0])
+    # with: held inside, all free after; read locks share.
+    with locks.read_locks([c, a], timeout=5) as m1, locks.read_locks([a, c], timeout=5) as m2:
+        res.check("%s: read_locks as context managers share the names" % label,
+                  m1.held and m2.held and len(locks.info(a)["readers"]) == 2)
+    res.check("%s: with: every name free at its end" % label,
+              state(a)[0] == state(c)[0] == "free")
+    try:
+        locks.write_locks("ab")
+        res.check("%s: write_locks(a str): TypeError" % label, False, "no error")
+    except TypeError:
+        res.check("%s: write_locks(a str): TypeError" % label, True)
+    try:
+        locks.write_locks([])
+        res.check("%s: write_locks([]): ValueError" % label, False, "no error")
+    except ValueError:
+        res.check("%s: write_locks([]): ValueError" % label, True)
+
+
+async def aio_multi(res, r, alocks, label):
+    """write_locks of an asyncio client: the order, all or none on a
+    timeout, on an error and on a cancelled task, async with."""
+    p = "api:am%s:" % label
+    a, b, c = p + "a", p + "b", p + "c"
+
+    async def state(n):
+        i = await alocks.info(n)
+        return i["state"]
+
+    async def until(cond, timeout=5.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if await cond():
+                return True
+            await asyncio.sleep(0.02)
+        return await cond()
+
+    blocker = alocks.write_lock(b)
+    await blocker.acquire(timeout=5)
+    ml = alocks.write_locks([c, b, a])
+    task = asyncio.ensure_future(ml.acquire(timeout=10))
+
+    async def waiting():
+        return ml.owner in (await alocks.info(b))["waiting"]
+    waited = await until(waiting)
+    sa, sc = await state(a), await state(c)
+    res.check("%s write_locks([c, b, a]): holds a, not c, while it waits for b" % label,
+              waited and sa == "write" and sc == "free", "%s %s %s" % (waited, sa, sc))
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+    async def a_free():
+        return await state(a) == "free"
+    res.check("%s: a cancelled acquisition gives back what it took" % label,
+              await until(a_free) and not any(lk.held for lk in ml.locks))
+    t0 = time.monotonic()
+    try:
+        await ml.acquire(timeout=0.3)
+        res.check("%s: a timeout on the second name: LockTimeout" % label, False, "acquired")
+    except rw.LockTimeout:
+        el = time.monotonic() - t0
+        res.check("%s: a timeout on the second name: LockTimeout after %.2f s, the first "
+                  "given back" % (label, el), 0.25 < el < 1.5 and await state(a) == "free")
+    await blocker.release()
+    toks = await ml.acquire(timeout=5)
+    want = [(await alocks.info(n))["token"] for n in (c, b, a)]
+    res.check("%s: then all, tokens in the caller's order" % label, toks == want,
+              "%s %s" % (toks, want))
+    await ml.release()
+    for x in (r if isinstance(r, list) else [r]):
+        x.set(rw.lock_keys("rwlock", c)[0], "not a hash")
+    try:
+        await alocks.write_locks([c, a]).acquire(timeout=2)
+        res.check("%s: an error on the second name is raised" % label, False, "acquired")
+    except Exception as e:      # noqa: BLE001
+        res.check("%s: an error on the second name is raised (%s), the first given back"
+                  % (label, type(e).__name__), await state(a) == "free", str(e))
+    for x in (r if isinstance(r, list) else [r]):
+        x.delete(rw.lock_keys("rwlock", c)[0])
+    async with alocks.write_locks([b, a, b], timeout=5) as m:
+        res.check("%s: async with: held inside, tokens %s" % (label, m.tokens),
+                  m.held and len(m.tokens) == 3 and m.tokens[0] == m.tokens[2])
+    res.check("%s: async with: every name free at its end" % label,
+              await state(a) == "free" and await state(b) == "free")
+
+
 def handoff(res, label, client):
     """Two holders of one name on client: the second waits for the first."""
     name = "api:url{%s}" % label
@@ -453,6 +662,14 @@ def main():
         asyncio.run(aio_cycle(res, srv.port, "owner"))
         unreachable(res)
         misuse(res, r)
+        multi(res, r, rw.Client(r), "Client")
+
+        async def aio_multi_main():
+            import redis.asyncio as aredis
+            ar = aredis.Redis(port=srv.port)
+            await aio_multi(res, r, AsyncClient(ar), "AsyncClient")
+            await ar.close()
+        asyncio.run(aio_multi_main())
         for label in ("redis", "unix", "cluster", "sentinel"):
             c = rw.Client.from_url(urls[label])
             res.check("Client.from_url(%s) gives a Client" % label, type(c) is rw.Client)
@@ -461,6 +678,7 @@ def main():
         res.check("Client.from_url(three URLs) gives a QuorumClient", isinstance(q, rw.QuorumClient))
         handoff(res, "Client.from_url(quorum)", q)
         quorum_seq(res, q, quorum)
+        multi(res, [s.redis() for s in quorum], q, "QuorumClient")
 
         async def aio_urls():
             for label in ("redis", "unix", "cluster", "sentinel"):
@@ -473,6 +691,9 @@ def main():
                 res.check("AsyncClient.from_url(%s): a hand-off, tokens %d < %d" % (label, t1, t2),
                           t2 > t1 and await b.release())
             await aio_quorum(res, AsyncClient.from_url(urls["quorum"], max_lease=60.0), quorum)
+            await aio_multi(res, [s.redis() for s in quorum],
+                            AsyncClient.from_url(urls["quorum"], max_lease=60.0),
+                            "AsyncQuorumClient")
         try:
             asyncio.run(aio_urls())
         except Exception as e:      # noqa: BLE001

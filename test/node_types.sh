@@ -6,7 +6,8 @@
 # with module/moduleResolution `nodenext` (an ES module, .mts, and a
 # CommonJS one, .cts) and `bundler` (module `preserve`). The example uses
 # what a service uses: ioredis's `Redis` and `Cluster`, every option of
-# acquire() (timeout, AbortSignal), the `owner` option, the errors; and a
+# acquire() (timeout, AbortSignal), the `owner` option, the errors, several
+# names at once (writeLocks, using() with an array); and a
 # wrong call (a string timeout) must be refused, so the check can fail.
 # Prints "node types: ok" or what failed; exits non-zero on a failure.
 set -euo pipefail
@@ -46,6 +47,12 @@ async function main(): Promise<void> {
     return lock.token ?? token;
   }, { timeout: 1000, signal: ac.signal, owner: held.owner, onLostError: true });
   console.log(total, (await locks.info("c")).state);
+  const many = locks.writeLocks(["d", "c"], { timeout: 1000, owner: held.owner });
+  const tokens: number[] = await many.acquire({ timeout: 1000, signal: ac.signal });
+  const both: boolean = await locks.readLocks(["e", "f"]).tryAcquire({ wait: 10 });
+  const count: number = await locks.using(["g", "h"], "w", async (signal: AbortSignal, lock: MultiLock) =>
+    lock.locks.length + tokens.length + canonicalOrder(lock.names).length, { timeout: 1000 });
+  console.log(both, count, await many.release());
   await held.release();
   await locks.releaseAll();
   await onCluster.close();
@@ -53,10 +60,10 @@ async function main(): Promise<void> {
 }
 '
 printf '%s\n' "import { Redis, Cluster } from 'ioredis';" \
-  "import { Locks, Lock, AbortError, DeadlockDetected, LockTimeout, RWLockError } from 'pg-rwlock-redis';" \
+  "import { Locks, Lock, MultiLock, canonicalOrder, AbortError, DeadlockDetected, LockTimeout, RWLockError } from 'pg-rwlock-redis';" \
   "$body" 'await main();' > "$TMP/app.mts"
 printf '%s\n' "import Redis, { Cluster } from 'ioredis';" \
-  "import { Locks, Lock, AbortError, DeadlockDetected, LockTimeout, RWLockError } from 'pg-rwlock-redis';" \
+  "import { Locks, Lock, MultiLock, canonicalOrder, AbortError, DeadlockDetected, LockTimeout, RWLockError } from 'pg-rwlock-redis';" \
   "$body" 'main();' > "$TMP/app.cts"
 cp "$TMP/app.mts" "$TMP/app.ts"
 # A wrong call each configuration must refuse.

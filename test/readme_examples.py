@@ -21,7 +21,8 @@ as its own module, with `mypy --strict` (Debian's python3-mypy,
 tools/install-deps.sh) against the package in the checkout (its own
 modules' errors ignored: what is checked is what a user's code sees;
 redis-py 4.3 has no types); and so is a wrong call, which must be refused
-(`acquire(timeout="soon")`, sync and asyncio), so that the check can fail.
+(`acquire(timeout="soon")`, sync, several names and asyncio), so that the
+check can fail.
 
 Then the exit check: a Node script whose acquisition has to wait (it
 subscribes), that then releases and quits its own ioredis connection, but
@@ -186,6 +187,7 @@ from rwlock_client import AsyncClient, Client
 
 def sync() -> None:
     Client.from_url("redis://127.0.0.1:6379/0").write_lock("x").acquire(timeout="soon")
+    Client.from_url("redis://127.0.0.1:6379/0").write_locks(["x", "y"]).acquire(timeout="soon")
 
 
 async def aio() -> None:
@@ -228,8 +230,8 @@ def mypy(r, readme):
                 out if "No module named mypy" not in out
                 else out + "(install python3-mypy: tools/install-deps.sh)")
     st, out = run([bad])
-    r.check("mypy --strict refuses acquire(timeout=\"soon\") (sync and asyncio)",
-            st == 1 and out.count('incompatible type "str"') >= 2, out)
+    r.check("mypy --strict refuses acquire(timeout=\"soon\") (sync, several names, asyncio)",
+            st == 1 and out.count('incompatible type "str"') >= 3, out)
 
 
 def psql(db, sql):

@@ -90,10 +90,16 @@ export declare class Locks {
   newOwner(): string;
   writeLock(name: string, options?: LockOptions): Lock;
   readLock(name: string, options?: LockOptions): Lock;
+  /** Write locks on several names, all or none, taken in the canonical order (docs/protocol.md 19). */
+  writeLocks(names: readonly string[], options?: LockOptions): MultiLock;
+  readLocks(names: readonly string[], options?: LockOptions): MultiLock;
   /** Acquire, run fn, release; resolves to fn's result. signal fires (reason: a LockLost)
    *  if the hold is lost; then using() rejects with that LockLost once fn has settled. */
   using<T>(name: string, mode: 'r' | 'w', fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
     options?: UsingOptions): Promise<T>;
+  /** The same on several names, all or none (a MultiLock). */
+  using<T>(names: readonly string[], mode: 'r' | 'w',
+    fn: (signal: AbortSignal, lock: MultiLock) => Promise<T> | T, options?: UsingOptions): Promise<T>;
   /** Release every hold of this Locks (e.g. before the process exits); how many. */
   releaseAll(): Promise<number>;
   info(name: string): Promise<LockInfo>;
@@ -125,6 +131,32 @@ export declare class Lock extends EventEmitter {
   renew(): Promise<boolean>;
   /** true if it was still held, false if it had been lost. */
   release(): Promise<boolean>;
+  on(event: 'lost', listener: (lock: Lock) => void): this;
+  once(event: 'lost', listener: (lock: Lock) => void): this;
+}
+
+/** Read or write locks on several names, all or none: one Lock per name, in
+ *  the canonical order, one owner id; taken one after another, keeping those
+ *  taken while waiting for the next; on any failure (timeout, abort, error)
+ *  what the call took is released before it rejects. */
+export declare class MultiLock extends EventEmitter {
+  /** One Lock per name, in the canonical order (duplicates once). */
+  readonly locks: readonly Lock[];
+  /** The names as given. */
+  readonly names: readonly string[];
+  readonly mode: 'r' | 'w';
+  readonly owner: string;
+  timeout: number | undefined;
+  /** The fencing tokens in the caller's order (null before acquire()). */
+  readonly tokens: (number | null)[];
+  readonly held: boolean;
+  readonly lost: boolean;
+  /** Resolves to the tokens in the caller's order; the timeout bounds the whole call. */
+  acquire(options?: number | AcquireOptions): Promise<number[]>;
+  tryAcquire(options?: number | TryAcquireOptions): Promise<boolean>;
+  /** true if none had been lost. */
+  release(): Promise<boolean>;
+  /** Emitted with the Lock of the name lost. */
   on(event: 'lost', listener: (lock: Lock) => void): this;
   once(event: 'lost', listener: (lock: Lock) => void): this;
 }
@@ -198,6 +230,8 @@ export interface ParsedRedisUrl {
 
 export declare function encodeName(name: string): string;
 export declare function lockKeys(prefix: string, name: string): [string, string, string];
+/** The names in the canonical order (docs/protocol.md 19): UTF-8 bytes, duplicates once. */
+export declare function canonicalOrder(names: Iterable<string>): string[];
 export declare function loadScripts(luaDir?: string): Record<string, { body: Buffer; sha: string }>;
 export declare function defaultLuaDir(): string;
 export declare function parseRedisUrl(url: string): ParsedRedisUrl;

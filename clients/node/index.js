@@ -207,6 +207,21 @@ function lockKeys(prefix, name) {
   return [base, `${base}:q`, `${base}:c`];
 }
 
+/** The names in the canonical order of docs/protocol.md 19: duplicates
+ *  once, sorted by their UTF-8 bytes (Buffer.compare: unsigned, a prefix
+ *  first), not by JavaScript's < (UTF-16 code units). */
+function canonicalOrder(names) {
+  if (typeof names === 'string' || !names || typeof names[Symbol.iterator] !== 'function') {
+    throw new TypeError('names must be an array of lock names');
+  }
+  const list = [...new Set(names)];
+  for (const n of list) {
+    if (typeof n !== 'string' || !n) throw new TypeError('lock name must be a non-empty string');
+  }
+  return list.map((n) => [Buffer.from(n, 'utf8'), n]).sort((a, b) => Buffer.compare(a[0], b[0]))
+    .map((x) => x[1]);
+}
+
 function candidateDirs() {
   // 1. copied into the package at pack time (npm pack / publish);
   // 2. the repository's lua/, when used from a checkout (clients/node).
@@ -604,9 +619,11 @@ class Locks {
   async using(name, mode, fn, options = {}) {
     if (mode !== 'r' && mode !== 'w') throw new TypeError("mode must be 'r' or 'w'");
     if (typeof fn !== 'function') throw new TypeError('using() needs a function to run under the lock');
-    const lk = new Lock(this, name, mode, options);
+    // An array of names: a MultiLock, all or none; its 'lost' names the Lock lost.
+    const lk = Array.isArray(name) ? new MultiLock(this, name, mode, options)
+      : new Lock(this, name, mode, options);
     const ac = new AbortController();
-    lk.on('lost', () => ac.abort(new LockLost(name, lk.owner)));
+    lk.on('lost', (l) => ac.abort(new LockLost(l.name, l.owner)));
     await lk.acquire({ timeout: lk.timeout, signal: options.signal });
     let result;
     try {
@@ -626,7 +643,8 @@ class Locks {
       throw ac.signal.reason;
     }
     if ((!held || ac.signal.aborted) && options.onLostError !== false) {
-      throw ac.signal.aborted ? ac.signal.reason : new LockLost(name, lk.owner);
+      throw ac.signal.aborted ? ac.signal.reason
+        : new LockLost(lk.locks ? (lk.locks.find((l) => l.lost) || lk.locks[0]).name : name, lk.owner);
     }
     return result;
   }
@@ -642,6 +660,15 @@ class Locks {
 
   readLock(name, options) {
     return new Lock(this, name, 'r', options);
+  }
+
+  /** Write locks on several names, all or none (a MultiLock, not yet taken). */
+  writeLocks(names, options) {
+    return new MultiLock(this, names, 'w', options);
+  }
+
+  readLocks(names, options) {
+    return new MultiLock(this, names, 'r', options);
   }
 
   /** The state of lock `name` as Redis has it now. */
@@ -1312,11 +1339,144 @@ class Lock extends EventEmitter {
   }
 }
 
+// -- MultiLock: several names, all or none ---------------------------------------
+
+/**
+ * Read or write locks on several names (docs/protocol.md 19): one Lock per
+ * name, in the canonical order, sharing one owner id. acquire() takes them
+ * one after another, keeping those taken while it waits for the next
+ * (ordered locking: two callers never wait for each other in a cycle,
+ * whatever order they gave the names in, SQL sessions included); on any
+ * failure (its timeout, which bounds the whole call; an AbortSignal; an
+ * error) it releases what it took before it rejects. 'lost' is emitted with
+ * the Lock of the name lost.
+ */
+class MultiLock extends EventEmitter {
+  constructor(locks, names, mode, options = {}) {
+    super();
+    if (typeof names === 'string' || !names || typeof names[Symbol.iterator] !== 'function') {
+      throw new TypeError('names must be an array of lock names');
+    }
+    this.names = [...names]; // once: names may be an iterator
+    const order = canonicalOrder(this.names);
+    if (!order.length) throw new TypeError('no lock names given');
+    this.mode = mode;
+    this.timeout = options.timeout;
+    if (options.onLost) this.on('lost', options.onLost);
+    const first = new Lock(locks, order[0], mode, { lease: options.lease, owner: options.owner });
+    this.owner = first.owner;
+    this.locks = [first, ...order.slice(1).map((n) => new Lock(locks, n, mode,
+      { lease: options.lease, owner: this.owner }))];
+    this._byName = new Map(order.map((n, i) => [n, this.locks[i]]));
+    for (const lk of this.locks) lk.on('lost', (l) => this.emit('lost', l));
+  }
+
+  /** Every name acquired and not released. */
+  get held() {
+    return this.locks.every((l) => l.held);
+  }
+
+  /** Some name's hold is known or presumed lost. */
+  get lost() {
+    return this.locks.some((l) => l.lost);
+  }
+
+  /** The fencing tokens in the caller's order (a name given twice: at each place). */
+  get tokens() {
+    return this.names.map((n) => this._byName.get(n).token);
+  }
+
+  /** Take every name; resolves to the tokens in the caller's order.
+   *  LockTimeout (or the error that stopped it), holding none of them. */
+  async acquire(options = this.timeout) {
+    const { timeout, signal } = waitOptions(options, 'timeout', this.timeout);
+    const at = await this._take(timeout, false, signal);
+    if (at !== null) {
+      throw new LockTimeout(`timed out after ${timeout} ms waiting for the ` +
+        `${this.mode === 'w' ? 'write' : 'read'} locks ${JSON.stringify(this.names)} (at ${JSON.stringify(at)})`);
+    }
+    return this.tokens;
+  }
+
+  /** Take every name within wait ms (the whole call); true if taken,
+   *  false holding none of them. Takes the wait, or { wait, signal }. */
+  async tryAcquire(options = 0) {
+    const { timeout, signal } = waitOptions(options, 'wait', 0);
+    return (await this._take(timeout, true, signal)) === null;
+  }
+
+  /** null once all are taken, else the name it gave up at. */
+  async _take(timeout, isTry, signal) {
+    if (this.locks.some((l) => l.held)) {
+      throw new AlreadyHeld(`locks ${JSON.stringify(this.names)} are already held (in part)`);
+    }
+    const deadline = timeout == null ? null : now() + Math.max(0, timeout);
+    const taken = [];
+    try {
+      for (const lk of this.locks) {
+        const left = deadline === null ? undefined : Math.max(0, deadline - now());
+        let ok = true;
+        if (isTry) {
+          ok = await lk.tryAcquire({ wait: left, signal });
+        } else {
+          try {
+            await lk.acquire({ timeout: left, signal });
+          } catch (e) {
+            if (!(e instanceof LockTimeout) || left === undefined) throw e;
+            ok = false;
+          }
+        }
+        if (!ok) {
+          await MultiLock._giveBack(taken, true);
+          return lk.name;
+        }
+        taken.push(lk);
+      }
+    } catch (e) {
+      await MultiLock._giveBack(taken, false);
+      throw e;
+    }
+    return null;
+  }
+
+  /** Release what a call took, last first; every release is tried (one
+   *  that fails is owed, its lease the backstop). */
+  static async _giveBack(taken, throwFirst) {
+    let first = null;
+    for (const lk of taken.reverse()) {
+      if (!lk.held) continue;
+      try {
+        await lk.release();
+      } catch (e) {
+        first = first || e;
+      }
+    }
+    if (first && throwFirst) throw first;
+  }
+
+  /** Release every name held: true if none had been lost. Every release
+   *  is tried; then the first error is thrown. */
+  async release() {
+    let first = null;
+    let ok = true;
+    for (const lk of [...this.locks].reverse()) {
+      if (!lk.held) continue;
+      try {
+        ok = (await lk.release()) && ok;
+      } catch (e) {
+        first = first || e;
+      }
+    }
+    if (first) throw first;
+    return ok;
+  }
+}
+
 module.exports = {
   PROTOCOL_VERSION, INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, SCRIPTS,
-  Locks, Lock, RWLockError, AbortError, ProtocolVersionError, StaleRequestError, LockTimeout, Deadlock,
+  Locks, Lock, MultiLock, RWLockError, AbortError, ProtocolVersionError, StaleRequestError, LockTimeout, Deadlock,
   DeadlockDetected, DeadlockDetectedError,
   UpgradeConflict, LockLost, ReadLockLost, NotHeld, AlreadyHeld, ReplicasNotAcknowledged,
   LockTimeoutError, UpgradeConflictError, ReplicasNotAcknowledgedError, ReadLockLostError,
-  encodeName, lockKeys, loadScripts, defaultLuaDir, parseRedisUrl,
+  encodeName, lockKeys, canonicalOrder, loadScripts, defaultLuaDir, parseRedisUrl,
 };

@@ -58,7 +58,9 @@ const ops = {
   hello: async () => ({ client: 'node' }),
   new: async (req) => {
     const make = req.mode === 'w' ? 'writeLock' : 'readLock';
-    const lk = locks[make](req.name, { lease: sec(req.lease) });
+    // names: several names, all or none (a MultiLock).
+    const lk = req.names ? locks[`${make}s`](req.names, { lease: sec(req.lease) })
+      : locks[make](req.name, { lease: sec(req.lease) });
     if (req.owner) lk.owner = req.owner; // one holder in two lock objects
     lk.on('lost', () => {
       lostEvents.set(req.lock, (lostEvents.get(req.lock) || 0) + 1);
@@ -69,7 +71,7 @@ const ops = {
   },
   state: async (req) => {
     const lk = handles.get(req.lock);
-    return { held: lk.held, lost: lk.lost, token: lk.token, lost_events: lostEvents.get(req.lock) || 0, mode: lk.mode };
+    return { held: lk.held, lost: lk.lost, token: lk.tokens || lk.token, lost_events: lostEvents.get(req.lock) || 0, mode: lk.mode };
   },
   info: async (req) => {
     const i = await locks.info(req.name);

@@ -69,6 +69,12 @@ class Agent:
         def on_lost(lk, h=req["lock"]):
             self.lost[h] = self.lost.get(h, 0) + 1
             emit({"event": "lost", "lock": h})
+        if req.get("names"):
+            # Several names, all or none: a MultiLock (AsyncMultiLock).
+            make = self.client.write_locks if req["mode"] == "w" else self.client.read_locks
+            lk = make(req["names"], lease=req.get("lease"), on_lost=on_lost)
+            self.locks[req["lock"]] = lk
+            return {"owner": lk.owner}
         make = self.client.write_lock if req["mode"] == "w" else self.client.read_lock
         lk = make(req["name"], lease=req.get("lease"), on_lost=on_lost)
         if req.get("owner"):
@@ -78,7 +84,8 @@ class Agent:
 
     def state(self, req):
         lk = self.locks[req["lock"]]
-        return {"held": lk.held, "lost": lk.lost, "token": lk.token,
+        return {"held": lk.held, "lost": lk.lost,
+                "token": lk.tokens if hasattr(lk, "tokens") else lk.token,
                 "lost_events": self.lost.get(req["lock"], 0), "mode": lk.mode}
 
     def local(self, req, client):

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import queue
+import random
 import shutil
 import signal
 import socket
@@ -234,6 +235,13 @@ class Agent:
                           owner=owner)["owner"]
         return Handle(self, h, name, owner)
 
+    def locks(self, names, mode, lease=None):
+        """A lock object on several names, all or none, in the agent."""
+        self.handles += 1
+        h = "L%d" % self.handles
+        owner = self.call("new", lock=h, names=names, mode=mode, lease=lease)["owner"]
+        return Handle(self, h, names, owner)
+
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
@@ -388,7 +396,8 @@ class Suite:
                      self.sharing, self.upgrade_downgrade, self.fifo,
                      self.readers_turn, self.fencing,
                      self.killed_holder, self.renewal, self.lost, self.noscript,
-                     self.version, self.stale, self.owed_release, self.deadlock):
+                     self.version, self.stale, self.owed_release, self.deadlock,
+                     self.multi):
             if self.srv.cluster and case == self.owed_release:
                 self.res.skip("owed_release", "its TCP proxy stands in front of one "
                               "server, and a cluster's redirections name the real nodes, "
@@ -493,6 +502,124 @@ class Suite:
         check("no wait key left behind", wait_until(
             lambda: not self.r.keys(PREFIX + ":wait:*", **kw), 5),
             str(self.r.keys(PREFIX + ":wait:*", **kw)))
+
+    # several names at once (docs/protocol.md 19): two SQL sessions and the
+    # client lock overlapping sets, each written in another order, round
+    # after round, all at once; taken in the canonical order there is no
+    # cycle: no deadlock error anywhere, every round ends within ROUND_S,
+    # and no one is inside while another holds one of its names. A client
+    # that took its names in its caller's order (reversed here), or sorted
+    # them by JavaScript's < (n3 before n2), would close a cycle with s1.
+    def multi(self, rounds=45, hold=0.02, round_s=5.0):
+        n = sorted((self.name("multi-a"), self.name("multi-b"), self.name("multi-x\uff5e"),
+                    self.name("multi-x\U0001f600")), key=lambda x: x.encode("utf-8"))
+        sets = {"s1": [n[1], n[2], n[3]],     # in the canonical order
+                "client": [n[3], n[2]],        # reversed (and by JavaScript's <)
+                "s2": [n[3], n[1], n[0]]}      # reversed
+        ml = self.a.locks(sets["client"], "w")
+        mutex = threading.Lock()
+        inside = {}                         # name -> who is inside holding it
+        overlaps, errors, slow = [], [], []
+
+        # s1 starts ahead of the client or after it by a few ms, another
+        # offset each round (s2 at random), so that the client gets to n3
+        # first in some rounds, and s1 to n2 before the client's next try
+        # (a window of about one round trip): a client out of order then
+        # closes a cycle with s1.
+        rnd = random.Random(40)
+        jitter = {}
+
+        def critical(who):
+            with mutex:
+                for x in sets[who]:
+                    if x in inside:
+                        overlaps.append("%s and %s on %s" % (who, inside[x], x))
+                    inside[x] = who
+            time.sleep(hold)
+            with mutex:
+                for x in sets[who]:
+                    if inside.get(x) == who:
+                        del inside[x]
+
+        def sql(sess, who):
+            def run_it():
+                time.sleep(jitter[who])
+                toks = q(sess, "SELECT redis_wlock(%s::text[])", sets[who])
+                try:
+                    critical(who)
+                finally:
+                    q(sess, "SELECT count(redis_unlock(x)) FROM unnest(%s::text[]) x", sets[who])
+                return toks
+            return run_it
+
+        def client():
+            time.sleep(jitter["client"])
+            toks = ml.acquire(20)
+            try:
+                critical("client")
+            finally:
+                ml.release()
+            return toks
+
+        t_all = time.monotonic()
+        for i in range(rounds):
+            offset = ((i % 15) - 7) * 0.0006
+            jitter.update(client=max(0.0, -offset), s1=max(0.0, offset), s2=rnd.uniform(0, 0.008))
+            t0 = time.monotonic()
+            bgs = {"s1": Bg(sql(self.s1, "s1")), "client": Bg(client), "s2": Bg(sql(self.s2, "s2"))}
+            for who, bg in bgs.items():
+                bg.join(30)
+                if bg.is_alive():
+                    errors.append("round %d: %s still waiting after 30 s" % (i, who))
+                elif bg.error is not None:
+                    errors.append("round %d: %s: %s %r" % (i, who, getattr(bg.error, "pgcode", None)
+                                                          or getattr(bg.error, "kind", None), bg.error))
+            el = time.monotonic() - t0
+            if el > round_s:
+                slow.append("round %d: %.2f s" % (i, el))
+            if any(bg.is_alive() for bg in bgs.values()):
+                break
+        self.res.note("multi-name rounds: %d in %.1f s" % (rounds, time.monotonic() - t_all))
+        self.check("several names, opposite orders, %d rounds with SQL sessions: no deadlock "
+                   "error on any side (no 40P01)" % rounds, not errors, "; ".join(errors[:5]))
+        self.check("every round ended within %.0f s" % round_s, not slow, "; ".join(slow[:5]))
+        self.check("no overlap: nobody was inside while another held one of its names",
+                   not overlaps, "; ".join(overlaps[:5]))
+        self.multi_queued(n, sets, ml)
+        st = ml.state()
+        free = all(self.info(x)["state"] == "free" for x in n)
+        self.check("all released afterwards, the client's tokens one per name given",
+                   free and not st["held"] and isinstance(st["token"], list)
+                   and len(st["token"]) == 2, str(st))
+
+    # The same cycle made certain: s2 holds n2; s1 (n1, n2, n3) queues for
+    # it; then the client ([n3, n2]) queues behind s1. In the canonical
+    # order the client holds nothing while it waits (n3 stays free); out of
+    # order it would hold n3, and s1, served first, would wait for it.
+    def multi_queued(self, n, sets, ml):
+        s1, s2, check = self.s1, self.s2, self.check
+        q(s2, "SELECT redis_wlock(%s)", n[2])
+        bg = Bg(lambda: q(s1, "SELECT redis_wlock(%s::text[])", sets["s1"]))
+        wait_until(lambda: len(self.waiting(n[2])) == 1, 5)
+        pend = ml.agent.start("acquire", lock=ml.h, timeout=10)
+        queued = wait_until(lambda: len(self.waiting(n[2])) == 2, 5)
+        n3 = self.info(n[3])
+        check("a client queued for %r behind a SQL session holds nothing of its names "
+              "after it (%r: %s)" % (n[2], n[3], n3["state"]),
+              queued and n3["state"] == "free", "queued %s, %s" % (queued, n3))
+        t0 = time.monotonic()
+        q(s2, "SELECT redis_unlock(%s)", n[2])
+        bg.join(10)
+        el = time.monotonic() - t0
+        if bg.done_ns and bg.error is None:
+            q(s1, "SELECT count(redis_unlock(x)) FROM unnest(%s::text[]) x", sets["s1"])
+        got = pend.wait(15)
+        check("then the session gets its names at once (%.2f s, under deadlock_timeout), "
+              "and the client after it, without a deadlock error" % el,
+              bg.error is None and bg.done_ns and el < 0.9 and got.get("ok") is True,
+              "%r %s" % (bg.error, got))
+        if got.get("ok"):
+            ml.release()
 
     # wake-up latency, client -> SQL
     def handoff_to_sql(self):

@@ -39,6 +39,7 @@ from ._protocol import (INTENT_MS, KEEP_TOKEN_MS, NAME_MAX, PROTOCOL_VERSION, SC
                         RWLockError, StaleRequestError, UpgradeConflict, default_lua_dir,
                         encode_name,
                         load_scripts, lock_keys)
+from ._multi import AsyncMultiLock, MultiLock, canonical_order
 from ._sync import Client, Lock, sentinel_redis
 from .quorum import AsyncQuorumClient, QuorumClient
 
@@ -56,7 +57,8 @@ def __getattr__(name):
 
 __all__ = [
     "PROTOCOL_VERSION", "INTENT_MS", "KEEP_TOKEN_MS", "NAME_MAX", "SCRIPTS",
-    "Client", "Lock", "AsyncClient", "AsyncLock", "RWLockError",
+    "Client", "Lock", "AsyncClient", "AsyncLock", "MultiLock", "AsyncMultiLock",
+    "canonical_order", "RWLockError",
     "ProtocolVersionError", "LockTimeout", "UpgradeConflict", "Deadlock", "DeadlockDetected",
     "LockLost", "ReadLockLost", "NotHeld", "AlreadyHeld", "ReplicasNotAcknowledged",
     "StaleRequestError",

@@ -8,14 +8,17 @@ import logging
 import threading
 import time
 import weakref
-from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple,
-                    Union, cast)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Optional,
+                    Sequence, Tuple, Union, cast)
 
 import redis
 
 from . import _protocol as p
 from ._protocol import (PROTOCOL_VERSION, Acquire, AlreadyHeld, LockLost, LockTimeout,
                         NotHeld, ProtocolVersionError, Release, Sleep, Subscribe)
+
+if TYPE_CHECKING:
+    from ._multi import MultiLock
 
 log = logging.getLogger("rwlock_client")
 
@@ -363,6 +366,29 @@ class Client(BaseClient):
         """A Lock for the read lock of `name`, not yet acquired (as write_lock)."""
         return cast("Lock", self._make_lock(name, "r", lease, timeout, on_lost,
                                             raise_on_lost, owner))
+
+    def write_locks(self, names: Iterable[str], lease: Optional[float] = None,
+                    timeout: Optional[float] = None,
+                    on_lost: Optional[Callable[["Lock"], Any]] = None,
+                    raise_on_lost: bool = True,
+                    owner: Optional[str] = None) -> "MultiLock[Lock]":
+        """A MultiLock for the write locks of several names, all or none,
+        not yet acquired: taken in the canonical order (docs/protocol.md
+        19), one Lock each, one owner id. timeout bounds the whole call;
+        on_lost is called with the Lock of the name lost."""
+        from ._multi import MultiLock
+        return MultiLock(names, "w", lambda n, o: self.write_lock(
+            n, lease, None, on_lost, raise_on_lost, o), timeout, owner)
+
+    def read_locks(self, names: Iterable[str], lease: Optional[float] = None,
+                   timeout: Optional[float] = None,
+                   on_lost: Optional[Callable[["Lock"], Any]] = None,
+                   raise_on_lost: bool = True,
+                   owner: Optional[str] = None) -> "MultiLock[Lock]":
+        """A MultiLock for the read locks of several names (as write_locks)."""
+        from ._multi import MultiLock
+        return MultiLock(names, "r", lambda n, o: self.read_lock(
+            n, lease, None, on_lost, raise_on_lost, o), timeout, owner)
 
     def _holds_of_thread(self) -> "weakref.WeakSet":
         holds = getattr(self._thread_holds, "locks", None)

@@ -17,14 +17,15 @@ import inspect
 import logging
 import time
 import weakref
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Literal, Optional,
-                    Union, cast)
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Dict, Iterable, List, Literal,
+                    Optional, Union, cast)
 
 import redis
 import redis.asyncio as aredis
 
 from . import _protocol as p
 from ._protocol import Acquire, NotHeld, ProtocolVersionError, Release, Sleep, Subscribe
+from ._multi import AsyncMultiLock
 from ._sync import BaseClient, LockState, Run, lost_at_exit, release_failed_at_exit
 
 if TYPE_CHECKING:
@@ -95,6 +96,23 @@ class AsyncClient(BaseClient):
         """An AsyncLock for the read lock of `name` (as Client.read_lock)."""
         return cast("AsyncLock", self._make_lock(name, "r", lease, timeout, on_lost,
                                                  raise_on_lost, owner))
+
+    def write_locks(self, names: Iterable[str], lease: Optional[float] = None,
+                    timeout: Optional[float] = None, on_lost: Optional[OnLost] = None,
+                    raise_on_lost: bool = True,
+                    owner: Optional[str] = None) -> "AsyncMultiLock[AsyncLock]":
+        """An AsyncMultiLock for the write locks of several names, all or
+        none (as Client.write_locks)."""
+        return AsyncMultiLock(names, "w", lambda n, o: self.write_lock(
+            n, lease, None, on_lost, raise_on_lost, o), timeout, owner)
+
+    def read_locks(self, names: Iterable[str], lease: Optional[float] = None,
+                   timeout: Optional[float] = None, on_lost: Optional[OnLost] = None,
+                   raise_on_lost: bool = True,
+                   owner: Optional[str] = None) -> "AsyncMultiLock[AsyncLock]":
+        """An AsyncMultiLock for the read locks of several names (as write_locks)."""
+        return AsyncMultiLock(names, "r", lambda n, o: self.read_lock(
+            n, lease, None, on_lost, raise_on_lost, o), timeout, owner)
 
     @classmethod
     def _quorum_class(cls) -> Any:

@@ -26,6 +26,7 @@ import redis
 
 from . import _protocol as p
 from ._protocol import BUSY, CONFLICT, GRANTED, READ_LOST
+from ._multi import AsyncMultiLock
 from ._sync import Client, Lock, Run
 
 __all__ = ["QuorumClient", "AsyncQuorumClient", "SPLIT_PAUSE_MS"]
@@ -440,7 +441,8 @@ class AsyncQuorumClient:
         return getattr(self.sync, attr)
 
     def _lock(self, mode: str, name: str, lease: Optional[float], timeout: Optional[float],
-              on_lost: Optional[Callable], raise_on_lost: bool) -> AsyncQuorumLock:
+              on_lost: Optional[Callable], raise_on_lost: bool,
+              owner: Optional[str] = None) -> AsyncQuorumLock:
         box: List[AsyncQuorumLock] = []
         cb = None
         if on_lost is not None:
@@ -451,7 +453,7 @@ class AsyncQuorumClient:
                 if asyncio.iscoroutine(r):
                     loop.call_soon_threadsafe(asyncio.ensure_future, r)
         make = self.sync.write_lock if mode == "w" else self.sync.read_lock
-        box.append(AsyncQuorumLock(self, make(name, lease, timeout, cb, raise_on_lost)))
+        box.append(AsyncQuorumLock(self, make(name, lease, timeout, cb, raise_on_lost, owner)))
         return box[0]
 
     def write_lock(self, name: str, lease: Optional[float] = None,
@@ -463,6 +465,20 @@ class AsyncQuorumClient:
                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
                   raise_on_lost: bool = True) -> AsyncQuorumLock:
         return self._lock("r", name, lease, timeout, on_lost, raise_on_lost)
+
+    def write_locks(self, names: Iterable[str], lease: Optional[float] = None,
+                    timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                    raise_on_lost: bool = True) -> "AsyncMultiLock[AsyncQuorumLock]":
+        """Write locks on several names, all or none (as AsyncClient.write_locks)."""
+        return AsyncMultiLock(names, "w", lambda n, o: self._lock(
+            "w", n, lease, None, on_lost, raise_on_lost, o), timeout, None)
+
+    def read_locks(self, names: Iterable[str], lease: Optional[float] = None,
+                   timeout: Optional[float] = None, on_lost: Optional[Callable] = None,
+                   raise_on_lost: bool = True) -> "AsyncMultiLock[AsyncQuorumLock]":
+        """Read locks on several names, all or none (as AsyncClient.read_locks)."""
+        return AsyncMultiLock(names, "r", lambda n, o: self._lock(
+            "r", n, lease, None, on_lost, raise_on_lost, o), timeout, None)
 
     async def info(self, name: str) -> Dict[str, Any]:
         return await asyncio.get_running_loop().run_in_executor(

@@ -626,6 +626,81 @@ rw_unlock(const char *name, RwMode mode)
 }
 
 /*
+ * redis_unlock(text[]): release the most recent session-level hold of each
+ * of names[0..n-1] in `mode` (RW_NONE: of either mode), as redis_unlock(name)
+ * would each; released[i] is what that call would return for names[i]. The
+ * names are distinct and in the canonical order; they are let go in the
+ * reverse order (the last taken first, as a transaction's end lets go).
+ * A name with no such hold gets its WARNING first, before anything changes.
+ * The releases go out together, pipelined (one round trip per server,
+ * rw_release_await), and each name's answer is its own: false if its hold
+ * was found lost, or its release could not be done (then it stays owed, as
+ * redis_unlock leaves it). A quorum's names go one by one (rw_release_now
+ * counts each name's majority). An interrupt is served once every record
+ * is right; a quorum's name not reached by then is still held.
+ */
+void
+rw_unlock_many(const char *const *names, int n, RwMode mode, bool *released)
+{
+	RwNode	  **queued = palloc0(sizeof(RwNode *) * n);
+	bool		any = false;
+	RwError		err = {RW_OK};
+
+	rw_operation_begin();
+	for (int i = n - 1; i >= 0; i--)
+	{
+		RwHeld	   *h = rw_holds_find(names[i]);
+
+		released[i] = false;
+		if (h == NULL || held_last_of(h, mode) < 0)
+			ereport(WARNING,
+					(errcode(ERRCODE_WARNING),
+					 mode == RW_NONE ?
+					 errmsg("you don't own a session-level hold of Redis lock \"%s\"", names[i]) :
+					 errmsg("you don't own a session-level %s hold of Redis lock \"%s\"",
+							mode == RW_WRITE ? "write" : "read", names[i])));
+	}
+	for (int i = n - 1; i >= 0; i--)
+	{
+		RwHeld	   *h = rw_holds_find(names[i]);
+		int			j = h ? held_last_of(h, mode) : -1;
+		RwMode		m;
+
+		if (j < 0)
+			continue;
+		m = h->stack[j];
+		memmove(&h->stack[j], &h->stack[j + 1],
+				(h->stack_len - j - 1) * sizeof(RwMode));
+		h->stack_len--;
+		h->count[RW_SESSION][m]--;
+		if (rw_quorum_size(h->node) > 0)
+		{
+			released[i] = held_release(h, false);
+			continue;
+		}
+		rw_holds_refresh(h);
+		if (!h->lost && rw_wanted_mode(h) < h->redis_mode)
+		{
+			queued[i] = h->node;
+			any = true;
+		}
+		released[i] = held_release(h, true);	/* h may be forgotten */
+	}
+	rw_release_flush();
+	if (any)
+		(void) rw_release_await(&err);
+	for (int i = 0; i < n; i++)
+		if (queued[i] != NULL &&
+			(rw_release_owed_name(queued[i], names[i]) ||
+			 rw_release_found_lost(queued[i], names[i])))
+			released[i] = false;
+	rw_operation_end();
+	/* The records are right: serve an interrupt that cut the wait short. */
+	if (err.kind == RW_ERR_INTERRUPTED)
+		CHECK_FOR_INTERRUPTS();
+}
+
+/*
  * Release every session-level hold; returns how many holds there were.
  * The releases go out together, pipelined. With await (redis_unlock_all),
  * their answers are waited for, within one rwlock.command_timeout, so that

@@ -77,6 +77,23 @@ typedef struct RwOwed
 static RwOwed *owed_head = NULL;	/* oldest first */
 static bool release_unflushed = false;	/* rw_release_later queued output */
 
+/*
+ * The releases queued by the current call (rw_call_id) that Redis answered
+ * as no longer held: redis_unlock(text[]) reports each of those names as
+ * redis_unlock(name) reports its one (rw_release_found_lost). Kept until
+ * the next call's first such answer.
+ */
+typedef struct RwLostName
+{
+	RwNode	   *node;
+	char	   *name;
+} RwLostName;
+
+static RwLostName *lost_now = NULL;
+static int	n_lost_now = 0;
+static int	cap_lost_now = 0;
+static uint64 lost_now_call = 0;
+
 static bool release_settle(RwNode *node, int ix, const char *name, RwError *err);
 
 static void
@@ -281,6 +298,67 @@ rw_note_release_failed(const char *name, const RwError *err)
 }
 
 /*
+ * Remember that a release this call queued found its hold gone. Called
+ * between Redis's answers and their records: nothing here may throw, so an
+ * allocation that fails forgets the name (the WARNING is noted all the
+ * same; only the call's return value misses it).
+ */
+static void
+release_remember_lost(RwOwed *rec)
+{
+	char	   *name;
+
+	if (rec->call != rw_call_id())
+		return;
+	if (lost_now_call != rw_call_id())
+	{
+		for (int i = 0; i < n_lost_now; i++)
+			pfree(lost_now[i].name);
+		n_lost_now = 0;
+		lost_now_call = rw_call_id();
+	}
+	if (n_lost_now == cap_lost_now)
+	{
+		int			cap = Max(8, cap_lost_now * 2);
+		RwLostName *grown = MemoryContextAllocExtended(TopMemoryContext,
+													   cap * sizeof(RwLostName),
+													   MCXT_ALLOC_NO_OOM);
+
+		if (grown == NULL)
+			return;
+		if (lost_now != NULL)
+		{
+			memcpy(grown, lost_now, n_lost_now * sizeof(RwLostName));
+			pfree(lost_now);
+		}
+		lost_now = grown;
+		cap_lost_now = cap;
+	}
+	name = MemoryContextAllocExtended(TopMemoryContext, strlen(rec->name) + 1,
+									  MCXT_ALLOC_NO_OOM);
+	if (name == NULL)
+		return;
+	strcpy(name, rec->name);
+	lost_now[n_lost_now].node = rec->node;
+	lost_now[n_lost_now++].name = name;
+}
+
+/*
+ * Whether a release of `name` on `node` that the current call queued was
+ * answered as no longer held (the hold had been lost).
+ */
+bool
+rw_release_found_lost(RwNode *node, const char *name)
+{
+	if (lost_now_call != rw_call_id())
+		return false;
+	for (int i = 0; i < n_lost_now; i++)
+		if (lost_now[i].node == node && strcmp(lost_now[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+/*
  * What Redis answered to a sent record (on the connection from); the record
  * is dropped or kept.
  */
@@ -322,6 +400,7 @@ release_answered(RwOwed *rec, redisReply *reply)
 			rw_holds_mark_lost(h);
 		rw_note_lost(rec->name,
 					 "Its release found that its lease had run out or Redis had lost its data.");
+		release_remember_lost(rec);
 	}
 	else if (held < 0 && rec->keep != RW_KEEP_ALL)
 		rw_note_release_failed(rec->name, &err);
@@ -482,6 +561,19 @@ rw_release_await(RwError *err)
 	}
 	pfree(failed);
 	return ok;
+}
+
+/*
+ * Whether a release of `name` on `node` is still owed (not answered, or to
+ * send again): after rw_release_await, one that could not be done.
+ */
+bool
+rw_release_owed_name(RwNode *node, const char *name)
+{
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && strcmp(rec->name, name) == 0)
+			return true;
+	return false;
 }
 
 /*

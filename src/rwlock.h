@@ -857,6 +857,8 @@ extern bool rw_release_settle_member(RwNode *node, int ix, const char *name,
 									 RwError *err);
 extern void rw_release_read_answers(void);
 extern bool rw_release_await(RwError *err);
+extern bool rw_release_owed_name(RwNode *node, const char *name);
+extern bool rw_release_found_lost(RwNode *node, const char *name);
 extern void rw_release_at_exit(void);
 extern bool rw_release_went_out(RwNode *node, const char *name);
 extern bool rw_release_as(RwNode *node, const RwKeys *keys, const char *owner,
@@ -983,6 +985,8 @@ extern bool rw_lock_many(const char *const *names, int n, RwMode mode,
 						 RwLevel level, long wait_ms, bool is_try,
 						 int64 *tokens);
 extern bool rw_unlock(const char *name, RwMode mode);
+extern void rw_unlock_many(const char *const *names, int n, RwMode mode,
+						   bool *released);
 extern int	rw_unlock_all(bool await);
 
 #endif							/* RWLOCK_H */

@@ -57,6 +57,17 @@ SELECT t[2] = :tok_a AS stacked_same_token
   FROM redis_wlock(ARRAY['m-c', 'm-a']) t;
 SELECT name, mode, level, depth FROM redis_held_locks ORDER BY name;
 SELECT redis_unlock_all();
+-- a read call over a write hold stacks too (the hold's token), at
+-- transaction level over a session hold as well; the other name is taken
+SELECT redis_wlock('m-s1') AS tok_s1 \gset
+BEGIN;
+SELECT t[1] = :tok_s1 AS read_on_write_token, t[2] >= 0 AS other_read
+  FROM redis_rlock_xact(ARRAY['m-s1', 'm-s2']) t;
+SELECT name, mode, level, depth FROM redis_held_locks ORDER BY name, level, mode;
+COMMIT;
+SELECT name, mode, level, depth FROM redis_held_locks ORDER BY name;
+SELECT state FROM redis_lock_info('m-s2');
+SELECT redis_unlock_all();
 
 -- read forms: the names' latest write tokens
 SELECT t[1] >= 0 AND t[2] >= 0 AS read_tokens FROM redis_rlock(ARRAY['m-r1', 'm-r2']) t;

@@ -447,13 +447,16 @@ rw_proto_acquire(RwConn *conn, const RwKeys *keys, RwMode mode,
  * token (a write) or the last write token (a read), or RW_BUSY; any other
  * answer (an error reply, a redirection) is RW_ACQ_FAILED for that lock
  * alone: nothing was granted there, and the caller takes it by the single
- * path, which reports what it meets. False, with *err, if the connection
- * failed (err->maybe_sent: any of them may have run). Never throws.
+ * path, which reports what it meets. With rwlock.wait_replicas > 0, one
+ * WAIT follows them all in the same round trip (it covers every write
+ * before it), and *acks is how many replicas acknowledged (-1 if WAIT
+ * failed); else *acks is -1. False, with *err, if the connection failed
+ * (err->maybe_sent: any of them may have run). Never throws.
  */
 bool
 rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n, RwMode mode,
 					  int lease_ms, RwAcquireStatus *status, int64 *result,
-					  RwError *err)
+					  int *acks, RwError *err)
 {
 	RwAcquireCall *c = palloc(sizeof(RwAcquireCall) * n);
 	RwScriptCall *calls = palloc(sizeof(RwScriptCall) * n);
@@ -470,9 +473,10 @@ rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n, RwMode mode,
 		proto_prepare(&calls[i], RW_SCRIPT_ACQUIRE, keys[i], 8, args);
 	}
 	err->maybe_sent = false;
-	if (!rw_script_send(conn, calls, n, 0, err))
+	*acks = -1;
+	if (!rw_script_send(conn, calls, n, rw_wait_replicas, err))
 		return false;			/* maybe_sent: if the write began */
-	if (!rw_script_collect(conn, calls, n, r, 0, NULL, err))
+	if (!rw_script_collect(conn, calls, n, r, rw_wait_replicas, acks, err))
 	{
 		err->maybe_sent = true;
 		return false;

@@ -522,7 +522,7 @@ extern RwAcquireStatus rw_proto_acquire_collect(RwConn *conn, RwAcquireCall *c,
 extern bool rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n,
 								  RwMode mode, int lease_ms,
 								  RwAcquireStatus *status, int64 *result,
-								  RwError *err);
+								  int *acks, RwError *err);
 extern bool rw_proto_fence_send(RwConn *conn, const RwKeys *keys, int64 token,
 								RwAcquireCall *c, RwError *err);
 extern int	rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err);

@@ -71,6 +71,7 @@ typedef struct RwOwed
 	bool		warn_if_lost;	/* a hold the session believed held */
 	uint64		call;			/* the call that queued it (rw_call_id) */
 	bool		awaited;		/* rw_release_await reports it if still owed */
+	bool		redirected;		/* a Cluster answered MOVED/ASK/...: not run */
 	struct RwOwed *next;
 } RwOwed;
 
@@ -226,6 +227,7 @@ release_append(RwOwed *rec, RwConn *conn)
 {
 	rw_proto_release_append(conn, &rec->keys, rec->keep, rec->lease_ms, rec);
 	rec->sent = true;
+	rec->redirected = false;
 	rec->conn = conn;
 	release_unflushed = true;
 }
@@ -386,6 +388,7 @@ release_answered(RwOwed *rec, redisReply *reply)
 		rw_cluster_note_redirect(rec->node, reply->str);
 		freeReplyObject(reply);
 		rec->sent = false;
+		rec->redirected = true;
 		return;
 	}
 	held = rw_proto_release_result(reply, &err);
@@ -511,40 +514,73 @@ release_why_owed(RwOwed *rec, RwDrainFailure *failed, int nfailed,
  * still owed is reported by this call (could not release, as redis_unlock
  * says it), and is no loss to report when it is answered later (it is
  * sent again, and its name is no longer held: a late "was lost" would read
- * as a warning about that later call). False, with *err, only if an
- * interrupt cut the wait short. Never throws.
+ * as a warning about that later call). A release a Cluster redirected
+ * is sent again where its slot is now and waited for in the same time.
+ * False, with *err, only if an interrupt cut the wait short. Never throws
+ * (but out of memory, before anything is sent or read).
  */
 bool
 rw_release_await(RwError *err)
 {
 	int64		cap = rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms);
 	bool		ok = true;
-	int			nconns = 0;
 	int			nfailed = 0;
-	RwDrainFailure *failed;
+	int			cap_failed = 0;
+	RwDrainFailure *failed = NULL;
 
 	err->kind = RW_OK;
-	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
-	{
-		nconns++;
-		for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
-			nconns++;
-	}
-	failed = palloc(sizeof(RwDrainFailure) * Max(nconns, 1));
 	/* One a name: a quorum's members do not report losses either. */
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
 		rec->awaited = rec->call == rw_call_id() && rec->warn_if_lost &&
 			rec->keep != RW_KEEP_ALL && rec->ix < 0;
-	for (RwNode *node = rw_first_node(); node != NULL && ok; node = node->next)
+
+	/*
+	 * A release a Cluster redirected (a slot that moved) did not run: it is
+	 * sent where the slot is now and waited for again, within the same
+	 * rwlock.command_timeout, as redis_unlock(name) follows a redirection.
+	 * A few passes at most (a slot that keeps moving stays owed).
+	 */
+	for (int pass = 0; pass < 3 && ok; pass++)
 	{
-		if (node->nowed == 0)
-			continue;
-		ok = release_drain(&node->cmd, failed, &nfailed, err);
-		for (RwNode *m = rw_node_members(node); m != NULL && ok; m = m->next)
-			ok = release_drain(&m->cmd, failed, &nfailed, err);
+		int			nconns = 0;
+		bool		again = false;
+
+		for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
+		{
+			nconns++;
+			for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
+				nconns++;
+		}
+		if (failed == NULL)
+		{
+			/* room for every pass, allocated before anything is read */
+			cap_failed = 3 * (nconns + 4);
+			failed = palloc(sizeof(RwDrainFailure) * cap_failed);
+		}
+		if (nfailed + nconns > cap_failed)
+			break;				/* more members than room: no more passes */
+		for (RwNode *node = rw_first_node(); node != NULL && ok; node = node->next)
+		{
+			if (node->nowed == 0)
+				continue;
+			ok = release_drain(&node->cmd, failed, &nfailed, err);
+			for (RwNode *m = rw_node_members(node); m != NULL && ok; m = m->next)
+				ok = release_drain(&m->cmd, failed, &nfailed, err);
+		}
+		rw_release_read_answers();
+		for (RwOwed *rec = owed_head; rec != NULL && ok && pass < 2; rec = rec->next)
+		{
+			RwError		serr;
+
+			if (rec->awaited && !rec->sent && rec->redirected &&
+				release_send(rec, &serr))
+				again = true;
+		}
+		if (!again)
+			break;
+		rw_release_flush();
 	}
 	rw_conn_restore(cap);
-	rw_release_read_answers();
 	/* Those answered are dropped by now: the rest are still owed. */
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
 	{
@@ -559,7 +595,8 @@ rw_release_await(RwError *err)
 		release_why_owed(rec, failed, nfailed, &why);
 		rw_note_release_failed(rec->name, &why);
 	}
-	pfree(failed);
+	if (failed)
+		pfree(failed);
 	return ok;
 }
 

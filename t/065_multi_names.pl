@@ -20,7 +20,9 @@
 #  d) a Cluster of three masters: 12 names, on every master, in one call;
 #     another session's try of {zz1, c5, zz2} while c5 is held returns
 #     false and leaves zz1 and zz2 free; once c5 is let go the same try
-#     takes all three.
+#     takes all three; with c7's slot moved to another master,
+#     redis_unlock(text[]) of the eleven held answers true for each (the
+#     redirected release sent again where the slot is now).
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -151,8 +153,20 @@ sq($s, "SELECT redis_unlock('c5')");
 is($out, 't', 'd) with c5 let go, the try takes all three') or diag $err;
 ($out) = sq($o, 'SELECT redis_unlock_all()');
 is($out, '3', 'd) three holds');
+# c7's slot moves to another master: the release the session sends where
+# it was is redirected, and sent again where it is now, in the same call
+my $src7 = cluster_key_node($c, "$cprefix:{c7}");
+my ($dst7) = grep { $_ != $src7 } cluster_masters($c);
+cluster_move_slot(key_slot("$cprefix:{c7}"), $src7, $dst7, 0,
+	grep { $_ != $src7 && $_ != $dst7 } cluster_masters($c));
+my @eleven = grep { $_ ne 'c5' } @names;
+($out, $err) = sq($s, 'SELECT redis_unlock(ARRAY[' . join(', ', map { "'$_'" } @eleven) . '])');
+is($out, '{' . join(',', ('t') x 11) . '}',
+	'd) redis_unlock(text[]) lets go of the eleven, c7 after its slot moved') or diag $err;
+unlike($err, qr/could not release/, 'd) no release failed');
+is(lock_state($dst7, $cprefix, 'c7'), 'free', 'd) c7 is free where its slot is now');
 ($out) = sq($s, 'SELECT redis_unlock_all()');
-is($out, '11', 'd) and the eleven');
+is($out, '0', 'd) nothing left');
 $s->quit;
 $o->quit;
 $cnode->stop;

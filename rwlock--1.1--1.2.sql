@@ -150,3 +150,16 @@ COMMENT ON FUNCTION redis_try_wlock_xact(text[], interval) IS
   'take transaction-level Redis write locks on all the names if they are free within the wait, else none; true if taken';
 COMMENT ON FUNCTION redis_try_rlock_xact(text[], interval) IS
   'take transaction-level Redis read locks on all the names if they are free within the wait, else none; true if taken';
+
+-- Several names let go at once (issue 40): each name once, as
+-- redis_unlock(name) (or redis_unlock(name, mode)) would, in the reverse
+-- canonical order, the releases pipelined; each name's answer in the
+-- array's order.
+CREATE FUNCTION redis_unlock(names text[]) RETURNS boolean[]
+  AS 'MODULE_PATHNAME', 'redis_unlock_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION redis_unlock(names text[], mode text) RETURNS boolean[]
+  AS 'MODULE_PATHNAME', 'redis_unlock_mode_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redis_unlock(text[]) IS
+  'release the most recent session-level hold of each Redis lock named; false for each that was not held';
+COMMENT ON FUNCTION redis_unlock(text[], text) IS
+  'release the most recent session-level hold of each Redis lock named in the given mode (read or write); false for each that was not held';

@@ -11,6 +11,12 @@
 #   one stmt 16   SELECT redis_wlock_xact(n) FROM unnest(ARRAY[16 names]) n
 #                 (one statement of single calls: what PostgreSQL's round
 #                 trips add, apart from Redis's)
+#   held 16       SELECT redis_wlock_xact(name 1); then
+#                 SELECT redis_wlock_xact(ARRAY[16 names]): one name already
+#                 held (stacked), 15 to take
+#   unlock 16     (session level) SELECT redis_wlock(ARRAY[16 names]);
+#                 SELECT redis_unlock(ARRAY[16 names])
+#   unlocks 16    the same, let go by 16 statements redis_unlock(name)
 # Then the Redis calls one transaction of each makes (MONITOR: EVALSHA and
 # EVAL of the lock scripts). Prints the median ms per transaction and per
 # name, and the calls. Everything is on loopback and stopped at the end.
@@ -44,8 +50,15 @@ done
   echo 'COMMIT;'; } >"$WORK/singles16.sql"
 printf 'BEGIN;\nSELECT count(redis_wlock_xact(n)) FROM unnest(%s) n;\nCOMMIT;\n' \
   "$(names 16)" >"$WORK/onestmt16.sql"
+printf "BEGIN;\nSELECT redis_wlock_xact('bm:' || :client_id || ':1');\nSELECT redis_wlock_xact(%s);\nCOMMIT;\n" \
+  "$(names 16)" >"$WORK/held16.sql"
+printf 'SELECT redis_wlock(%s);\nSELECT redis_unlock(%s);\n' "$(names 16)" "$(names 16)" \
+  >"$WORK/unlock16.sql"
+{ printf 'SELECT redis_wlock(%s);\n' "$(names 16)"
+  for i in $(seq 16); do echo "SELECT redis_unlock('bm:' || :client_id || ':$i');"; done
+} >"$WORK/unlocks16.sql"
 
-CASES="multi1 multi4 multi16 singles16 onestmt16"
+CASES="multi1 multi4 multi16 singles16 onestmt16 held16 unlock16 unlocks16"
 for rep in $(seq "$REPS"); do
   for c in $CASES; do
     out=$(pgbench -n -M prepared -T "$T" -c 1 -j 1 -f "$WORK/$c.sql" 2>&1) || { log "$out"; exit 1; }
@@ -70,12 +83,16 @@ rows = {}
 for line in open(sys.argv[1]):
     k, v = line.rstrip("\n").split("\t")
     rows.setdefault(k, []).append(float(v))
-names = {"multi1": 1, "multi4": 4, "multi16": 16, "singles16": 16, "onestmt16": 16}
+names = {"multi1": 1, "multi4": 4, "multi16": 16, "singles16": 16, "onestmt16": 16,
+         "held16": 16, "unlock16": 16, "unlocks16": 16}
 what = {"multi1": "redis_wlock_xact(ARRAY[1 name])",
         "multi4": "redis_wlock_xact(ARRAY[4 names])",
         "multi16": "redis_wlock_xact(ARRAY[16 names])",
         "singles16": "16 statements redis_wlock_xact(name)",
-        "onestmt16": "1 statement, 16 redis_wlock_xact(name)"}
+        "onestmt16": "1 statement, 16 redis_wlock_xact(name)",
+        "held16": "redis_wlock_xact(name 1); redis_wlock_xact(ARRAY[16 names])",
+        "unlock16": "(session) redis_wlock(ARRAY[16 names]); redis_unlock(ARRAY[16 names])",
+        "unlocks16": "(session) redis_wlock(ARRAY[16 names]); 16 x redis_unlock(name)"}
 print("| transaction (BEGIN; ...; COMMIT) | ms per transaction | ms per name | Redis script calls |")
 print("| --- | ---: | ---: | ---: |")
 for k in names:

@@ -57,6 +57,17 @@ SELECT t[2] = :tok_a AS stacked_same_token
   FROM redis_wlock(ARRAY['m-c', 'm-a']) t;
 SELECT name, mode, level, depth FROM redis_held_locks ORDER BY name;
 SELECT redis_unlock_all();
+-- a read call over a write hold stacks too (the hold's token), at
+-- transaction level over a session hold as well; the other name is taken
+SELECT redis_wlock('m-s1') AS tok_s1 \gset
+BEGIN;
+SELECT t[1] = :tok_s1 AS read_on_write_token, t[2] >= 0 AS other_read
+  FROM redis_rlock_xact(ARRAY['m-s1', 'm-s2']) t;
+SELECT name, mode, level, depth FROM redis_held_locks ORDER BY name, level, mode;
+COMMIT;
+SELECT name, mode, level, depth FROM redis_held_locks ORDER BY name;
+SELECT state FROM redis_lock_info('m-s2');
+SELECT redis_unlock_all();
 
 -- read forms: the names' latest write tokens
 SELECT t[1] >= 0 AND t[2] >= 0 AS read_tokens FROM redis_rlock(ARRAY['m-r1', 'm-r2']) t;
@@ -179,3 +190,61 @@ SELECT * FROM dblink('other', $$SELECT name, mode FROM redis_held_locks ORDER BY
   AS t(name text, mode text);
 SELECT * FROM dblink('other', $$SELECT redis_unlock_all()$$) AS t(n int);
 SELECT dblink_disconnect('other');
+
+-- redis_unlock(text[]): each name once, as redis_unlock(name) would; its
+-- answer at each of its places in the array; a name not held is false with
+-- a WARNING; a duplicate is one name (one hold let go)
+SELECT cardinality(redis_wlock(ARRAY['m-u1', 'm-u2', 'm-u3'])) AS n;
+SELECT redis_wlock('m-u1') > 0 AS stacked;
+SELECT redis_unlock(ARRAY['m-u3', 'm-u1', 'm-none', 'm-u1']) AS released;
+SELECT name, mode, depth FROM redis_held_locks ORDER BY name;
+SELECT state FROM redis_lock_info('m-u3');   -- let go in Redis: free
+SELECT state FROM redis_lock_info('m-u1');   -- one hold left: still held
+SELECT redis_unlock(ARRAY['m-u1', 'm-u2']) AS released;
+SELECT count(*) AS held FROM redis_held_locks;
+SELECT state FROM redis_lock_info('m-u2');
+-- naming the mode, as redis_unlock(name, mode): m-u4 held for reading,
+-- then writing; m-u5 for reading. 'read' lets go of both read holds (m-u4's
+-- write stays); again, neither has a read hold left
+SELECT redis_rlock('m-u4') >= 0 AND redis_wlock('m-u4') > 0 AS upgraded;
+SELECT redis_rlock('m-u5') >= 0 AS reading;
+SELECT redis_unlock(ARRAY['m-u4', 'm-u5'], 'read') AS released;
+SELECT name, mode, depth FROM redis_held_locks ORDER BY name;
+SELECT redis_unlock(ARRAY['m-u5', 'm-u4'], 'read') AS released;
+SELECT redis_unlock(ARRAY['m-u4'], 'write') AS released;
+SELECT count(*) AS held FROM redis_held_locks;
+-- transaction-level holds are not let go by hand
+BEGIN;
+SELECT cardinality(redis_wlock_xact(ARRAY['m-u6', 'm-u7'])) AS n;
+SELECT redis_unlock(ARRAY['m-u6', 'm-u7']) AS released;
+SELECT count(*) AS held FROM redis_held_locks;
+COMMIT;
+-- many names: every one let go, in one call
+SELECT cardinality(redis_wlock(array(SELECT 'm-un' || g FROM generate_series(1, 40) g)))
+  AS tokens;
+SELECT bool_and(r) AS all_released, count(*) AS n
+  FROM unnest(redis_unlock(array(SELECT 'm-un' || g FROM generate_series(1, 40) g))) r;
+SELECT count(*) AS held FROM redis_held_locks;
+-- a hold whose lease ran out (no keeper here): false, with the WARNING
+-- redis_unlock(name) gives; the other name is let go
+SET rwlock.lease = '500ms';
+SELECT cardinality(redis_wlock(ARRAY['m-u8'])) AS n;
+SELECT pg_sleep(0.8);
+RESET rwlock.lease;
+SELECT redis_wlock('m-u9') > 0 AS holding;
+SELECT redis_unlock(ARRAY['m-u9', 'm-u8']) AS released;
+SELECT count(*) AS held FROM redis_held_locks;
+-- NULL, empty, more than one dimension, a bad name or mode: errors that say
+-- so, and nothing let go
+SELECT redis_wlock('m-u10') > 0 AS holding;
+SELECT pg_temp.outcome($$SELECT redis_unlock(NULL::text[])$$);
+SELECT pg_temp.outcome($$SELECT redis_unlock(ARRAY['m-u10', NULL])$$);
+SELECT pg_temp.outcome($$SELECT redis_unlock('{}'::text[])$$);
+SELECT pg_temp.outcome($$SELECT redis_unlock(ARRAY[ARRAY['m-u10'], ARRAY['m-u11']])$$);
+SELECT pg_temp.outcome($$SELECT redis_unlock(ARRAY['m-u10', ''])$$);
+SELECT pg_temp.outcome($$SELECT redis_unlock(ARRAY['m-u10'], NULL)$$);
+SELECT pg_temp.outcome($$SELECT redis_unlock(ARRAY['m-u10'], 'shared')$$);
+SELECT pg_temp.outcome($$SELECT redis_unlock(NULL::text[], 'read')$$);
+SELECT name, depth FROM redis_held_locks;
+-- a single name is still the text form
+SELECT redis_unlock('m-u10');

@@ -353,6 +353,25 @@ redis_unlock(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(rw_unlock(name, RW_NONE));
 }
 
+/* A mode argument ('read' or 'write') of the unlock forms. */
+static RwMode
+fn_mode_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *mode;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("Redis lock mode must not be null")));
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (strcmp(mode, "read") != 0 && strcmp(mode, "write") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid Redis lock mode \"%s\"", mode),
+				 errhint("The mode is 'read' or 'write'.")));
+	return mode[0] == 'w' ? RW_WRITE : RW_READ;
+}
+
 /*
  * redis_unlock(name, mode): the most recent session-level hold of that mode,
  * as pg_advisory_unlock and pg_advisory_unlock_shared each name theirs.
@@ -362,20 +381,53 @@ Datum
 redis_unlock_mode(PG_FUNCTION_ARGS)
 {
 	char		name[RW_NAME_MAX + 1];
-	char	   *mode;
+	RwMode		mode;
 
 	rw_name_arg(fcinfo, name);
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("Redis lock mode must not be null")));
-	mode = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	if (strcmp(mode, "read") != 0 && strcmp(mode, "write") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid Redis lock mode \"%s\"", mode),
-				 errhint("The mode is 'read' or 'write'.")));
-	PG_RETURN_BOOL(rw_unlock(name, mode[0] == 'w' ? RW_WRITE : RW_READ));
+	mode = fn_mode_arg(fcinfo, 1);
+	PG_RETURN_BOOL(rw_unlock(name, mode));
+}
+
+/*
+ * The unlock forms on an array: each name let go once, as redis_unlock(name)
+ * (or redis_unlock(name, mode)) would; its answer at each of its places in
+ * the array.
+ */
+static Datum
+fn_unlock_many(FunctionCallInfo fcinfo, bool with_mode)
+{
+	RwMode		mode = RW_NONE;
+	char	  **names;
+	int		   *map;
+	int			nnames,
+				nelems;
+	bool	   *released;
+	Datum	   *out;
+
+	fn_names_arg(fcinfo, &names, &nnames, &map, &nelems);
+	if (with_mode)
+		mode = fn_mode_arg(fcinfo, 1);
+	released = palloc(sizeof(bool) * nnames);
+	rw_unlock_many((const char *const *) names, nnames, mode, released);
+	out = palloc(sizeof(Datum) * nelems);
+	for (int i = 0; i < nelems; i++)
+		out[i] = BoolGetDatum(released[map[i]]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(out, nelems, BOOLOID, 1, true,
+										  TYPALIGN_CHAR));
+}
+
+PG_FUNCTION_INFO_V1(redis_unlock_many);
+Datum
+redis_unlock_many(PG_FUNCTION_ARGS)
+{
+	return fn_unlock_many(fcinfo, false);
+}
+
+PG_FUNCTION_INFO_V1(redis_unlock_mode_many);
+Datum
+redis_unlock_mode_many(PG_FUNCTION_ARGS)
+{
+	return fn_unlock_many(fcinfo, true);
 }
 
 PG_FUNCTION_INFO_V1(redis_unlock_all);

@@ -346,7 +346,8 @@ held_undo_many(const char *const *names, int pushed, RwMode mode,
 /*
  * The first round's tries (held_first_round): one round trip per
  * connection, that is per server (in a Cluster, per master serving some of
- * the names' slots, one after another). Every status starts as
+ * the names' slots, one after another; with rwlock.wait_replicas, one WAIT
+ * after each pipeline). Every status starts as
  * RW_ACQ_FAILED (not granted: rw_lock takes the name again, and reports
  * what it meets, a redirection included). A connection that fails owes the
  * release of what its tries may have granted, which rw_lock settles before
@@ -373,6 +374,7 @@ held_round_trips(RwNode *node, const char *const *names, RwKeys **keys,
 	for (int i = 0; i < n && ierr->kind != RW_ERR_INTERRUPTED; i++)
 	{
 		RwError		err;
+		int			acks;
 		int			k = 0;
 
 		if (done[i])
@@ -385,10 +387,23 @@ held_round_trips(RwNode *node, const char *const *names, RwKeys **keys,
 				gix[k++] = j;
 			}
 		if (rw_proto_acquire_many(conns[i], gkeys, k, mode, rw_lease_ms,
-								  gstatus, gresult, &err))
+								  gstatus, gresult, &acks, &err))
 		{
 			for (int g = 0; g < k; g++)
 			{
+				/*
+				 * Too few replicas acknowledged the WAIT after them all: no
+				 * grant of this pipeline may stand. Each is given back (owed:
+				 * its release goes ahead of the name's next acquisition) and
+				 * taken again by rw_lock, which reports what it meets.
+				 */
+				if (gstatus[g] == RW_GRANTED && rw_wait_replicas > 0 &&
+					acks < rw_wait_replicas)
+				{
+					rw_release_owe(node, -1, names[gix[g]], keys[gix[g]],
+								   RW_KEEP_NOTHING, rw_lease_ms);
+					continue;
+				}
 				status[gix[g]] = gstatus[g];
 				result[gix[g]] = gresult[g];
 			}
@@ -452,21 +467,24 @@ held_quorum_round(RwNode *node, const char *const *names, RwKeys **keys,
 
 /*
  * The first round of rw_lock_many in one round trip per server, where it
- * can be: without replica acknowledgement, for names the session holds
- * nothing of, whose owed releases can be queued ahead. Every name is tried
- * at once (pipelined plain tries: no intent, no mark; in quorum mode on
- * every member, and a write's fencing round likewise) and every grant
- * recorded before anything can throw. The granted
- * prefix, in the canonical order, is kept and pushed; a name granted after
- * the first that was not is given back at once (its release is queued, and
- * goes out ahead of the next command): the call must never hold, while it
- * waits, a name that comes after the one it waits for. Returns how many
- * names (the prefix) this call now holds; rw_lock takes the rest, from the
- * first that was not granted. 0 when the round does not apply or failed
+ * can be: for names the session holds nothing of or
+ * holds in a mode that covers the call's (a stacked hold: no Redis call,
+ * as rw_lock stacks it), whose owed releases can be queued ahead. Every
+ * other name is tried at once (pipelined plain tries: no intent, no mark;
+ * with rwlock.wait_replicas, one WAIT after them; in quorum mode on every
+ * member, and a write's fencing round likewise) and every grant recorded
+ * before anything can throw. The granted prefix, in the canonical order,
+ * is kept and pushed; a name granted after the first that was not is
+ * given back at once (its release is queued, and goes out ahead of the
+ * next command): the call must never hold, while it waits, a name that
+ * comes after the one it waits for. Returns how many names (the prefix)
+ * this call now holds; rw_lock takes the rest, from the first that was not
+ * granted. 0 when the round does not apply (a name held in a weaker mode,
+ * an upgrade, or lost: rw_lock's path reports and takes those) or failed
  * (what it may have granted is owed: rw_lock settles it before it asks
  * again); an interrupt is served, after the records are right. A name
- * whose try failed (a server that failed, a Cluster's redirection) is
- * one rw_lock takes again.
+ * whose try failed (a server that failed, a Cluster's redirection, a
+ * WAIT that fell short) is one rw_lock takes again.
  */
 static int
 held_first_round(const char *const *names, int n, RwMode mode,
@@ -475,8 +493,15 @@ held_first_round(const char *const *names, int n, RwMode mode,
 	RwNode	   *node;
 	RwHeld	  **hs;
 	RwKeys	  **keys;
+	const char **tnames;		/* the names tried in Redis, and theirs: */
+	RwKeys	  **tkeys;
+	int		   *tix;			/* where each stands in names[] */
+	int			nt = 0;
+	bool	   *stacked;
 	RwAcquireStatus *status;
+	RwAcquireStatus *tstatus;
 	int64	   *result;
+	int64	   *tresult;
 	bool	   *published;
 	RwError		err;
 	RwError		ierr = {RW_OK};
@@ -485,18 +510,32 @@ held_first_round(const char *const *names, int n, RwMode mode,
 	int			prefix;
 	bool		sent;
 
-	if (n < 2 || rw_wait_replicas > 0)
+	if (n < 2)
 		return 0;
-	for (int i = 0; i < n; i++)
-		if (rw_holds_find(names[i]) != NULL)
-			return 0;
 	rw_operation_begin();
 	rw_renew_due(false, NULL);
 	node = rw_current_node();
+	stacked = palloc0(sizeof(bool) * n);
+	for (int i = 0; i < n; i++)
+	{
+		RwHeld	   *h = rw_holds_find(names[i]);
+
+		if (h == NULL)
+			continue;
+		rw_holds_refresh(h);
+		if (h->lost || h->redis_mode < mode || h->node != node)
+			return 0;
+		stacked[i] = true;
+	}
 	hs = palloc(sizeof(RwHeld *) * n);
 	keys = palloc(sizeof(RwKeys *) * n);
+	tnames = palloc(sizeof(char *) * n);
+	tkeys = palloc(sizeof(RwKeys *) * n);
+	tix = palloc(sizeof(int) * n);
 	status = palloc(sizeof(RwAcquireStatus) * n);
+	tstatus = palloc(sizeof(RwAcquireStatus) * n);
 	result = palloc(sizeof(int64) * n);
+	tresult = palloc(sizeof(int64) * n);
 	published = palloc0(sizeof(bool) * n);
 	for (int i = 0; i < n; i++)
 	{
@@ -504,14 +543,21 @@ held_first_round(const char *const *names, int n, RwMode mode,
 		if (level == RW_SESSION)
 			rw_holds_reserve(hs[i]);
 		keys[i] = &hs[i]->keys;
+		status[i] = RW_GRANTED;
+		published[i] = true;
+		if (stacked[i])
+			continue;
+		tnames[nt] = names[i];
+		tkeys[nt] = keys[i];
+		tix[nt++] = i;
 	}
 	if (level == RW_XACT)
 		held_reserve_xact(n);	/* one push per name, all after the round */
 	started = rw_now_ms();
 	cap = rw_conn_tighten(rw_wait_cap(timeout, started + timeout));
 	sent = true;
-	for (int i = 0; i < n && sent; i++)
-		sent = rw_release_settle_name(node, names[i], &err);
+	for (int t = 0; t < nt && sent; t++)
+		sent = rw_release_settle_name(node, tnames[t], &err);
 	if (!sent)
 	{
 		rw_conn_restore(cap);
@@ -520,22 +566,34 @@ held_first_round(const char *const *names, int n, RwMode mode,
 			rw_raise(&node->cmd, &err);
 		return 0;
 	}
-	rw_release_send_owed(node);
-	if (node->quorum != NULL)
-		held_quorum_round(node, names, keys, n, mode, status, result, &ierr);
-	else
-		held_round_trips(node, names, keys, n, mode, status, result, &ierr);
+	if (nt > 0)
+	{
+		rw_release_send_owed(node);
+		if (node->quorum != NULL)
+			held_quorum_round(node, tnames, tkeys, nt, mode, tstatus, tresult,
+							  &ierr);
+		else
+			held_round_trips(node, tnames, tkeys, nt, mode, tstatus, tresult,
+							 &ierr);
+	}
 	rw_conn_restore(cap);
 	/* Granted: from here to the records, nothing may throw. */
-	for (int i = 0; i < n; i++)
+	for (int t = 0; t < nt; t++)
+	{
+		int			i = tix[t];
+
+		status[i] = tstatus[t];
+		result[i] = tresult[t];
+		published[i] = false;
 		if (status[i] == RW_GRANTED)
 		{
 			published[i] = rw_holds_granted(hs[i], mode, result[i], started);
 			rw_renew_scheduled(hs[i]->renewed_ms, hs[i]->lease_ms);
 		}
-	for (int i = 0; i < n; i++)
-		if (status[i] == RW_GRANTED)
-			rw_release_granted(node, names[i]);
+	}
+	for (int t = 0; t < nt; t++)
+		if (tstatus[t] == RW_GRANTED)
+			rw_release_granted(node, tnames[t]);
 	for (prefix = 0; prefix < n && status[prefix] == RW_GRANTED; prefix++)
 	{
 		held_push(hs[prefix], mode, level);
@@ -544,7 +602,7 @@ held_first_round(const char *const *names, int n, RwMode mode,
 		tokens[prefix] = hs[prefix]->token;
 	}
 	for (int i = prefix + 1; i < n; i++)
-		if (status[i] == RW_GRANTED)
+		if (status[i] == RW_GRANTED && !stacked[i])
 			(void) held_release(hs[i], true);
 	rw_holds_sweep();
 	rw_release_flush();
@@ -673,6 +731,81 @@ rw_unlock(const char *name, RwMode mode)
 	ok = held_release(h, false);
 	rw_operation_end();
 	return ok;
+}
+
+/*
+ * redis_unlock(text[]): release the most recent session-level hold of each
+ * of names[0..n-1] in `mode` (RW_NONE: of either mode), as redis_unlock(name)
+ * would each; released[i] is what that call would return for names[i]. The
+ * names are distinct and in the canonical order; they are let go in the
+ * reverse order (the last taken first, as a transaction's end lets go).
+ * A name with no such hold gets its WARNING first, before anything changes.
+ * The releases go out together, pipelined (one round trip per server,
+ * rw_release_await), and each name's answer is its own: false if its hold
+ * was found lost, or its release could not be done (then it stays owed, as
+ * redis_unlock leaves it). A quorum's names go one by one (rw_release_now
+ * counts each name's majority). An interrupt is served once every record
+ * is right; a quorum's name not reached by then is still held.
+ */
+void
+rw_unlock_many(const char *const *names, int n, RwMode mode, bool *released)
+{
+	RwNode	  **queued = palloc0(sizeof(RwNode *) * n);
+	bool		any = false;
+	RwError		err = {RW_OK};
+
+	rw_operation_begin();
+	for (int i = n - 1; i >= 0; i--)
+	{
+		RwHeld	   *h = rw_holds_find(names[i]);
+
+		released[i] = false;
+		if (h == NULL || held_last_of(h, mode) < 0)
+			ereport(WARNING,
+					(errcode(ERRCODE_WARNING),
+					 mode == RW_NONE ?
+					 errmsg("you don't own a session-level hold of Redis lock \"%s\"", names[i]) :
+					 errmsg("you don't own a session-level %s hold of Redis lock \"%s\"",
+							mode == RW_WRITE ? "write" : "read", names[i])));
+	}
+	for (int i = n - 1; i >= 0; i--)
+	{
+		RwHeld	   *h = rw_holds_find(names[i]);
+		int			j = h ? held_last_of(h, mode) : -1;
+		RwMode		m;
+
+		if (j < 0)
+			continue;
+		m = h->stack[j];
+		memmove(&h->stack[j], &h->stack[j + 1],
+				(h->stack_len - j - 1) * sizeof(RwMode));
+		h->stack_len--;
+		h->count[RW_SESSION][m]--;
+		if (rw_quorum_size(h->node) > 0)
+		{
+			released[i] = held_release(h, false);
+			continue;
+		}
+		rw_holds_refresh(h);
+		if (!h->lost && rw_wanted_mode(h) < h->redis_mode)
+		{
+			queued[i] = h->node;
+			any = true;
+		}
+		released[i] = held_release(h, true);	/* h may be forgotten */
+	}
+	rw_release_flush();
+	if (any)
+		(void) rw_release_await(&err);
+	for (int i = 0; i < n; i++)
+		if (queued[i] != NULL &&
+			(rw_release_owed_name(queued[i], names[i]) ||
+			 rw_release_found_lost(queued[i], names[i])))
+			released[i] = false;
+	rw_operation_end();
+	/* The records are right: serve an interrupt that cut the wait short. */
+	if (err.kind == RW_ERR_INTERRUPTED)
+		CHECK_FOR_INTERRUPTS();
 }
 
 /*

@@ -452,18 +452,21 @@ proto_batch_alloc(RwTryBatch *b, int n)
 /*
  * First tries of n locks on one connection, pipelined (held.c's first
  * round of several names): the session holds none of them, and a busy lock
- * gets no intent or mark (a plain try). Written out here, read by
- * rw_proto_acquire_many_collect: a quorum writes to every member before it
- * reads from any. *b keeps the calls until then. False, with *err, if the
- * connection could not be had or failed (err->maybe_sent: any of them may
- * have run). Never throws (but out of memory).
+ * gets no intent or mark (a plain try). With replicas > 0, one WAIT follows
+ * them all in the same round trip (it covers every write before it).
+ * Written out here, read by rw_proto_acquire_many_collect: a quorum writes
+ * to every member before it reads from any. *b keeps the calls until then.
+ * False, with *err, if the connection could not be had or failed
+ * (err->maybe_sent: any of them may have run). Never throws (but out of
+ * memory).
  */
 bool
 rw_proto_acquire_many_send(RwConn *conn, RwKeys *const *keys, int n,
-						   RwMode mode, int lease_ms, RwTryBatch *b,
-						   RwError *err)
+						   RwMode mode, int lease_ms, int replicas,
+						   RwTryBatch *b, RwError *err)
 {
 	proto_batch_alloc(b, n);
+	b->replicas = replicas;
 	for (int i = 0; i < n; i++)
 	{
 		RwAcquireCall *c = &b->c[i];
@@ -476,8 +479,9 @@ rw_proto_acquire_many_send(RwConn *conn, RwKeys *const *keys, int n,
 		proto_prepare(&b->calls[i], RW_SCRIPT_ACQUIRE, keys[i], 8, args);
 	}
 	err->maybe_sent = false;
-	return rw_script_send(conn, b->calls, n, 0, err);	/* maybe_sent: if the
-														 * write began */
+	return rw_script_send(conn, b->calls, n, replicas, err);	/* maybe_sent:
+																 * if the write
+																 * began */
 }
 
 /*
@@ -487,18 +491,20 @@ rw_proto_acquire_many_send(RwConn *conn, RwKeys *const *keys, int n,
  * RW_BUSY; any other answer (an error reply, a redirection) is
  * RW_ACQ_FAILED for that lock alone: an error reply comes before the
  * script's writes, so nothing was granted there, and the caller takes it
- * by the single path, which reports what it meets. False, with *err, if
- * the connection failed (err->maybe_sent: any of them may have run).
- * Never throws (but out of memory).
+ * by the single path, which reports what it meets. With a WAIT sent,
+ * *acks is how many replicas acknowledged (-1 if WAIT failed); else -1.
+ * False, with *err, if the connection failed (err->maybe_sent: any of them
+ * may have run). Never throws (but out of memory).
  */
 bool
 rw_proto_acquire_many_collect(RwConn *conn, RwTryBatch *b,
 							  RwAcquireStatus *status, int64 *result,
-							  RwError *err)
+							  int *acks, RwError *err)
 {
 	redisReply **r = palloc(sizeof(redisReply *) * b->n);
 
-	if (!rw_script_collect(conn, b->calls, b->n, r, 0, NULL, err))
+	*acks = -1;
+	if (!rw_script_collect(conn, b->calls, b->n, r, b->replicas, acks, err))
 	{
 		err->maybe_sent = true;
 		return false;
@@ -518,19 +524,22 @@ rw_proto_acquire_many_collect(RwConn *conn, RwTryBatch *b,
 }
 
 /*
- * A first try of each of n locks in one round trip on one connection:
- * rw_proto_acquire_many_send, then _collect.
+ * A first try of each of n locks in one round trip on one connection
+ * (rw_proto_acquire_many_send, then _collect), with rwlock.wait_replicas's
+ * WAIT after them all.
  */
 bool
 rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n, RwMode mode,
 					  int lease_ms, RwAcquireStatus *status, int64 *result,
-					  RwError *err)
+					  int *acks, RwError *err)
 {
 	RwTryBatch	b;
 
-	if (!rw_proto_acquire_many_send(conn, keys, n, mode, lease_ms, &b, err))
+	*acks = -1;
+	if (!rw_proto_acquire_many_send(conn, keys, n, mode, lease_ms,
+									rw_wait_replicas, &b, err))
 		return false;
-	return rw_proto_acquire_many_collect(conn, &b, status, result, err);
+	return rw_proto_acquire_many_collect(conn, &b, status, result, acks, err);
 }
 
 /*
@@ -545,6 +554,7 @@ rw_proto_fence_many_send(RwConn *conn, RwKeys *const *keys,
 						 RwError *err)
 {
 	proto_batch_alloc(b, n);
+	b->replicas = 0;
 	for (int i = 0; i < n; i++)
 	{
 		RwAcquireCall *c = &b->c[i];

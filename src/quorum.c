@@ -796,7 +796,7 @@ rw_quorum_acquire_many(RwNode *node, RwKeys *const *keys, int n,
 			continue;
 		if (!quorum_ready(node, i, &err) ||
 			!rw_proto_acquire_many_send(&q->member[i]->cmd, keys, n, mode,
-										rw_quorum_lease(node), &b[i], &err))
+										rw_quorum_lease(node), 0, &b[i], &err))
 		{
 			rw_quorum_failed(node, i, &err);
 			for (int j = 0; err.maybe_sent && j < n; j++)
@@ -813,11 +813,13 @@ rw_quorum_acquire_many(RwNode *node, RwKeys *const *keys, int n,
 	for (int i = 0; i < q->n; i++)
 	{
 		RwError		err = {RW_OK};
+		int			acks;		/* no WAIT: a majority is the quorum's own */
 
 		if (!sent[i])
 			continue;
 		if (!rw_proto_acquire_many_collect(&q->member[i]->cmd, &b[i],
-										   &st[i * n], &res[i * n], &err))
+										   &st[i * n], &res[i * n], &acks,
+										   &err))
 		{
 			rw_quorum_failed(node, i, &err);
 			for (int j = 0; j < n; j++)

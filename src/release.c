@@ -71,11 +71,29 @@ typedef struct RwOwed
 	bool		warn_if_lost;	/* a hold the session believed held */
 	uint64		call;			/* the call that queued it (rw_call_id) */
 	bool		awaited;		/* rw_release_await reports it if still owed */
+	bool		redirected;		/* a Cluster answered MOVED/ASK/...: not run */
 	struct RwOwed *next;
 } RwOwed;
 
 static RwOwed *owed_head = NULL;	/* oldest first */
 static bool release_unflushed = false;	/* rw_release_later queued output */
+
+/*
+ * The releases queued by the current call (rw_call_id) that Redis answered
+ * as no longer held: redis_unlock(text[]) reports each of those names as
+ * redis_unlock(name) reports its one (rw_release_found_lost). Kept until
+ * the next call's first such answer.
+ */
+typedef struct RwLostName
+{
+	RwNode	   *node;
+	char	   *name;
+} RwLostName;
+
+static RwLostName *lost_now = NULL;
+static int	n_lost_now = 0;
+static int	cap_lost_now = 0;
+static uint64 lost_now_call = 0;
 
 static bool release_settle(RwNode *node, int ix, const char *name, RwError *err);
 
@@ -209,6 +227,7 @@ release_append(RwOwed *rec, RwConn *conn)
 {
 	rw_proto_release_append(conn, &rec->keys, rec->keep, rec->lease_ms, rec);
 	rec->sent = true;
+	rec->redirected = false;
 	rec->conn = conn;
 	release_unflushed = true;
 }
@@ -281,6 +300,67 @@ rw_note_release_failed(const char *name, const RwError *err)
 }
 
 /*
+ * Remember that a release this call queued found its hold gone. Called
+ * between Redis's answers and their records: nothing here may throw, so an
+ * allocation that fails forgets the name (the WARNING is noted all the
+ * same; only the call's return value misses it).
+ */
+static void
+release_remember_lost(RwOwed *rec)
+{
+	char	   *name;
+
+	if (rec->call != rw_call_id())
+		return;
+	if (lost_now_call != rw_call_id())
+	{
+		for (int i = 0; i < n_lost_now; i++)
+			pfree(lost_now[i].name);
+		n_lost_now = 0;
+		lost_now_call = rw_call_id();
+	}
+	if (n_lost_now == cap_lost_now)
+	{
+		int			cap = Max(8, cap_lost_now * 2);
+		RwLostName *grown = MemoryContextAllocExtended(TopMemoryContext,
+													   cap * sizeof(RwLostName),
+													   MCXT_ALLOC_NO_OOM);
+
+		if (grown == NULL)
+			return;
+		if (lost_now != NULL)
+		{
+			memcpy(grown, lost_now, n_lost_now * sizeof(RwLostName));
+			pfree(lost_now);
+		}
+		lost_now = grown;
+		cap_lost_now = cap;
+	}
+	name = MemoryContextAllocExtended(TopMemoryContext, strlen(rec->name) + 1,
+									  MCXT_ALLOC_NO_OOM);
+	if (name == NULL)
+		return;
+	strcpy(name, rec->name);
+	lost_now[n_lost_now].node = rec->node;
+	lost_now[n_lost_now++].name = name;
+}
+
+/*
+ * Whether a release of `name` on `node` that the current call queued was
+ * answered as no longer held (the hold had been lost).
+ */
+bool
+rw_release_found_lost(RwNode *node, const char *name)
+{
+	if (lost_now_call != rw_call_id())
+		return false;
+	for (int i = 0; i < n_lost_now; i++)
+		if (lost_now[i].node == node && strcmp(lost_now[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+/*
  * What Redis answered to a sent record (on the connection from); the record
  * is dropped or kept.
  */
@@ -308,6 +388,7 @@ release_answered(RwOwed *rec, redisReply *reply)
 		rw_cluster_note_redirect(rec->node, reply->str);
 		freeReplyObject(reply);
 		rec->sent = false;
+		rec->redirected = true;
 		return;
 	}
 	held = rw_proto_release_result(reply, &err);
@@ -322,6 +403,7 @@ release_answered(RwOwed *rec, redisReply *reply)
 			rw_holds_mark_lost(h);
 		rw_note_lost(rec->name,
 					 "Its release found that its lease had run out or Redis had lost its data.");
+		release_remember_lost(rec);
 	}
 	else if (held < 0 && rec->keep != RW_KEEP_ALL)
 		rw_note_release_failed(rec->name, &err);
@@ -432,40 +514,73 @@ release_why_owed(RwOwed *rec, RwDrainFailure *failed, int nfailed,
  * still owed is reported by this call (could not release, as redis_unlock
  * says it), and is no loss to report when it is answered later (it is
  * sent again, and its name is no longer held: a late "was lost" would read
- * as a warning about that later call). False, with *err, only if an
- * interrupt cut the wait short. Never throws.
+ * as a warning about that later call). A release a Cluster redirected
+ * is sent again where its slot is now and waited for in the same time.
+ * False, with *err, only if an interrupt cut the wait short. Never throws
+ * (but out of memory, before anything is sent or read).
  */
 bool
 rw_release_await(RwError *err)
 {
 	int64		cap = rw_conn_tighten(rw_now_ms() + rw_command_timeout_ms);
 	bool		ok = true;
-	int			nconns = 0;
 	int			nfailed = 0;
-	RwDrainFailure *failed;
+	int			cap_failed = 0;
+	RwDrainFailure *failed = NULL;
 
 	err->kind = RW_OK;
-	for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
-	{
-		nconns++;
-		for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
-			nconns++;
-	}
-	failed = palloc(sizeof(RwDrainFailure) * Max(nconns, 1));
 	/* One a name: a quorum's members do not report losses either. */
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
 		rec->awaited = rec->call == rw_call_id() && rec->warn_if_lost &&
 			rec->keep != RW_KEEP_ALL && rec->ix < 0;
-	for (RwNode *node = rw_first_node(); node != NULL && ok; node = node->next)
+
+	/*
+	 * A release a Cluster redirected (a slot that moved) did not run: it is
+	 * sent where the slot is now and waited for again, within the same
+	 * rwlock.command_timeout, as redis_unlock(name) follows a redirection.
+	 * A few passes at most (a slot that keeps moving stays owed).
+	 */
+	for (int pass = 0; pass < 3 && ok; pass++)
 	{
-		if (node->nowed == 0)
-			continue;
-		ok = release_drain(&node->cmd, failed, &nfailed, err);
-		for (RwNode *m = rw_node_members(node); m != NULL && ok; m = m->next)
-			ok = release_drain(&m->cmd, failed, &nfailed, err);
+		int			nconns = 0;
+		bool		again = false;
+
+		for (RwNode *node = rw_first_node(); node != NULL; node = node->next)
+		{
+			nconns++;
+			for (RwNode *m = rw_node_members(node); m != NULL; m = m->next)
+				nconns++;
+		}
+		if (failed == NULL)
+		{
+			/* room for every pass, allocated before anything is read */
+			cap_failed = 3 * (nconns + 4);
+			failed = palloc(sizeof(RwDrainFailure) * cap_failed);
+		}
+		if (nfailed + nconns > cap_failed)
+			break;				/* more members than room: no more passes */
+		for (RwNode *node = rw_first_node(); node != NULL && ok; node = node->next)
+		{
+			if (node->nowed == 0)
+				continue;
+			ok = release_drain(&node->cmd, failed, &nfailed, err);
+			for (RwNode *m = rw_node_members(node); m != NULL && ok; m = m->next)
+				ok = release_drain(&m->cmd, failed, &nfailed, err);
+		}
+		rw_release_read_answers();
+		for (RwOwed *rec = owed_head; rec != NULL && ok && pass < 2; rec = rec->next)
+		{
+			RwError		serr;
+
+			if (rec->awaited && !rec->sent && rec->redirected &&
+				release_send(rec, &serr))
+				again = true;
+		}
+		if (!again)
+			break;
+		rw_release_flush();
 	}
 	rw_conn_restore(cap);
-	rw_release_read_answers();
 	/* Those answered are dropped by now: the rest are still owed. */
 	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
 	{
@@ -480,8 +595,22 @@ rw_release_await(RwError *err)
 		release_why_owed(rec, failed, nfailed, &why);
 		rw_note_release_failed(rec->name, &why);
 	}
-	pfree(failed);
+	if (failed)
+		pfree(failed);
 	return ok;
+}
+
+/*
+ * Whether a release of `name` on `node` is still owed (not answered, or to
+ * send again): after rw_release_await, one that could not be done.
+ */
+bool
+rw_release_owed_name(RwNode *node, const char *name)
+{
+	for (RwOwed *rec = owed_head; rec != NULL; rec = rec->next)
+		if (rec->node == node && strcmp(rec->name, name) == 0)
+			return true;
+	return false;
 }
 
 /*

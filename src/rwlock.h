@@ -523,20 +523,23 @@ extern RwAcquireStatus rw_proto_acquire_collect(RwConn *conn, RwAcquireCall *c,
 typedef struct RwTryBatch
 {
 	int			n;
+	int			replicas;		/* a WAIT for this many follows the calls */
 	RwAcquireCall *c;			/* each call's argument buffers */
 	RwScriptCall *calls;
 } RwTryBatch;
 
 extern bool rw_proto_acquire_many_send(RwConn *conn, RwKeys *const *keys,
 									   int n, RwMode mode, int lease_ms,
-									   RwTryBatch *b, RwError *err);
+									   int replicas, RwTryBatch *b,
+									   RwError *err);
 extern bool rw_proto_acquire_many_collect(RwConn *conn, RwTryBatch *b,
 										  RwAcquireStatus *status,
-										  int64 *result, RwError *err);
+										  int64 *result, int *acks,
+										  RwError *err);
 extern bool rw_proto_acquire_many(RwConn *conn, RwKeys *const *keys, int n,
 								  RwMode mode, int lease_ms,
 								  RwAcquireStatus *status, int64 *result,
-								  RwError *err);
+								  int *acks, RwError *err);
 extern bool rw_proto_fence_many_send(RwConn *conn, RwKeys *const *keys,
 									 const int64 *tokens, int n,
 									 RwTryBatch *b, RwError *err);
@@ -880,6 +883,8 @@ extern bool rw_release_settle_member(RwNode *node, int ix, const char *name,
 									 RwError *err);
 extern void rw_release_read_answers(void);
 extern bool rw_release_await(RwError *err);
+extern bool rw_release_owed_name(RwNode *node, const char *name);
+extern bool rw_release_found_lost(RwNode *node, const char *name);
 extern void rw_release_at_exit(void);
 extern bool rw_release_went_out(RwNode *node, const char *name);
 extern bool rw_release_as(RwNode *node, const RwKeys *keys, const char *owner,
@@ -1006,6 +1011,8 @@ extern bool rw_lock_many(const char *const *names, int n, RwMode mode,
 						 RwLevel level, long wait_ms, bool is_try,
 						 int64 *tokens);
 extern bool rw_unlock(const char *name, RwMode mode);
+extern void rw_unlock_many(const char *const *names, int n, RwMode mode,
+						   bool *released);
 extern int	rw_unlock_all(bool await);
 
 #endif							/* RWLOCK_H */

@@ -55,6 +55,34 @@ sq($a, "RESET rwlock.wait_replicas");
 ($out, $err) = sq($a, "SELECT redis_wlock('k2') > 0, redis_unlock('k2')");
 is($out, 't|t', 'the session works after');
 
+# --- Several names at once (one pipeline, one WAIT after it): granted
+# and on the replicas when acknowledged; too few acknowledgements give
+# back every grant of the pipeline, and the names taken again one by one
+# meet the same refusal: 08006 naming the first, every name free.
+($out, $err) = sq($a, "SELECT cardinality(redis_wlock(ARRAY['m3', 'm1', 'm2']))");
+is($out, '3', 'several names, acknowledged: all granted') or diag $err;
+for my $r (@{ $set->{replicas} })
+{
+	is(join(',', map { (redis_holders($r, $prefix, $_))[0] ne '' ? 1 : 0 } qw(m1 m2 m3)),
+		'1,1,1', "several names: every grant is on replica $r");
+}
+($out) = sq($a, "SELECT redis_unlock(ARRAY['m1', 'm2', 'm3'])");
+is($out, '{t,t,t}', 'several names let go');
+sq($a, "SET rwlock.wait_replicas = 3");
+($out, $err) = sq($a, "SELECT redis_wlock(ARRAY['m3', 'm1', 'm2'])");
+is(sqlstate($err), '08006', 'several names, too few acknowledgements: class 08') or diag $err;
+like($err, qr/Redis lock "m1" was granted but not acknowledged/,
+	'the first name in the canonical order is reported');
+is(join(',', map { lock_state($set->{master}, $prefix, $_) } qw(m1 m2 m3)), 'free,free,free',
+	'every name is free in Redis');
+($out) = sq($a, "SELECT count(*) FROM redis_held_locks");
+is($out, '0', 'the session holds none of them');
+($out, $err) = sq($a, "SELECT redis_try_wlock(ARRAY['m1', 'm2'])");
+is($out, 'f', 'the try form returns false');
+is(join(',', map { lock_state($set->{master}, $prefix, $_) } qw(m1 m2)), 'free,free',
+	'and leaves the names free');
+sq($a, "RESET rwlock.wait_replicas");
+
 # --- Renewals that replicas do not acknowledge: the lock stays held.
 sq($a, "SELECT redis_wlock('k3')");
 redis_cli($_, 'REPLICAOF', '127.0.0.1', '1') for @{ $set->{replicas} };

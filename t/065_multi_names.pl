@@ -12,10 +12,17 @@
 #     redis_locks shows the first granted and the second waited for,
 #     redis_blocking_pids names the holder; a cancel (57014) leaves the
 #     first free and the waiter holding nothing;
+#  e) redis_unlock(text[]): a name whose hash Redis lost is false, with
+#     the WARNING that it was lost, the others true and free; with Redis
+#     stopped every name is false with "could not release" and let go by
+#     the session (the releases stay owed: sent once Redis is back, before
+#     a name is taken again);
 #  d) a Cluster of three masters: 12 names, on every master, in one call;
 #     another session's try of {zz1, c5, zz2} while c5 is held returns
 #     false and leaves zz1 and zz2 free; once c5 is let go the same try
-#     takes all three.
+#     takes all three; with c7's slot moved to another master,
+#     redis_unlock(text[]) of the eleven held answers true for each (the
+#     redirected release sent again where the slot is now).
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -91,6 +98,32 @@ ok(defined wait_until(sub { lock_state($port, $prefix, 'w1') eq 'free' }, 5),
 is($out, '0', 'c) the waiter holds nothing');
 sq($a, 'SELECT redis_unlock_all()');
 $b->quit;
+
+# ---- e) redis_unlock(text[]) meeting a lost hold, and Redis gone ----
+($out, $err) = sq($a, "SELECT cardinality(redis_wlock(ARRAY['u1', 'u2', 'u3']))");
+is($out, '3', 'e) three names taken') or diag $err;
+redis_cli($port, 'DEL', "$prefix:{u2}");
+($out, $err) = sq($a, "SELECT redis_unlock(ARRAY['u3', 'u2', 'u1'])");
+is($out, '{t,f,t}', 'e) the name Redis lost is false, the others true') or diag $err;
+like($err, qr/Redis lock "u2" was lost/, 'e) with the WARNING that u2 was lost');
+is(join(',', map { lock_state($port, $prefix, "u$_") } 1 .. 3), 'free,free,free',
+	'e) every name is free');
+($out) = sq($a, 'SELECT count(*) FROM redis_held_locks');
+is($out, '0', 'e) the session holds none');
+($out, $err) = sq($a, "SELECT cardinality(redis_wlock(ARRAY['u1', 'u2']))");
+is($out, '2', 'e) taken again') or diag $err;
+redis_stop($port);
+($out, $err) = sq($a, "SELECT redis_unlock(ARRAY['u2', 'u1'])");
+is($out, '{f,f}', 'e) Redis stopped: both false') or diag $err;
+like($err, qr/could not release Redis lock "u2".*could not release Redis lock "u1"/s,
+	'e) each with its WARNING, in the reverse canonical order');
+($out) = sq($a, 'SELECT count(*) FROM redis_held_locks');
+is($out, '0', 'e) the session holds none');
+redis_start($port);
+($out, $err) = sq($a, "SELECT cardinality(redis_wlock(ARRAY['u1', 'u2']))");
+is($out, '2', 'e) Redis back: taken again') or diag $err;
+($out) = sq($a, 'SELECT redis_unlock(ARRAY[\'u1\', \'u2\'])');
+is($out, '{t,t}', 'e) and let go');
 $a->quit;
 $node->stop;
 
@@ -120,8 +153,20 @@ sq($s, "SELECT redis_unlock('c5')");
 is($out, 't', 'd) with c5 let go, the try takes all three') or diag $err;
 ($out) = sq($o, 'SELECT redis_unlock_all()');
 is($out, '3', 'd) three holds');
+# c7's slot moves to another master: the release the session sends where
+# it was is redirected, and sent again where it is now, in the same call
+my $src7 = cluster_key_node($c, "$cprefix:{c7}");
+my ($dst7) = grep { $_ != $src7 } cluster_masters($c);
+cluster_move_slot(key_slot("$cprefix:{c7}"), $src7, $dst7, 0,
+	grep { $_ != $src7 && $_ != $dst7 } cluster_masters($c));
+my @eleven = grep { $_ ne 'c5' } @names;
+($out, $err) = sq($s, 'SELECT redis_unlock(ARRAY[' . join(', ', map { "'$_'" } @eleven) . '])');
+is($out, '{' . join(',', ('t') x 11) . '}',
+	'd) redis_unlock(text[]) lets go of the eleven, c7 after its slot moved') or diag $err;
+unlike($err, qr/could not release/, 'd) no release failed');
+is(lock_state($dst7, $cprefix, 'c7'), 'free', 'd) c7 is free where its slot is now');
 ($out) = sq($s, 'SELECT redis_unlock_all()');
-is($out, '11', 'd) and the eleven');
+is($out, '0', 'd) nothing left');
 $s->quit;
 $o->quit;
 $cnode->stop;

@@ -485,6 +485,27 @@ class Session:
         self.statement_end(now)
         return self.outcome(value=(ok == 1) if k == 1 else ok, warnings=warnings)
 
+    def unlock_many(self, names, now):
+        """redis_unlock(text[]): each distinct name once, as unlock(name, 1),
+        in the reverse canonical order (the warnings for names not held
+        first); the answer per element of the array."""
+        if self.aborted:
+            return Outcome(sqlstate="25P02")
+        order = sorted(set(names), key=lambda n: n.encode("utf-8"), reverse=True)
+        warnings = [NOT_HELD for n in order
+                    if self.recs.get(n) is None or not self.recs[n].stack]
+        ok = {}
+        for name in order:
+            r = self.recs.get(name)
+            ok[name] = False
+            if r is None or not r.stack:
+                continue
+            r.stack.pop()
+            ok[name] = not r.lost
+            self._sync(name, now)
+        self.statement_end(now)
+        return self.outcome(value=[ok[n] for n in names], warnings=warnings)
+
     def unlock_all(self, now):
         if self.aborted:
             return Outcome(sqlstate="25P02")

@@ -49,7 +49,17 @@ and, to press on the release paths:
     first), as code holding several locks does;
   - command timeouts (--command-timeout, default 1s and 150ms in turn): in a
     200 ms stall the 1 s sessions never time out, the 150 ms ones do, in the
-    middle of acquisitions and releases.
+    middle of acquisitions and releases;
+  - several names at once (--multi, default a third of the rounds; SPEC 16):
+    the round's acquisition, in its form, is the multi-name call on "c" and
+    1 to 3 of a1, a2, m1, m2 (shared by all sessions; "c" sorts between
+    them, so a call may hold a1 while it waits for "c", or hold "c" while
+    it waits for m1), the array in random order: redis_wlock_xact(text[]),
+    redis_try_wlock_xact(text[], '200ms'), redis_wlock(text[]),
+    redis_try_wlock(text[], '200ms'); a session-level round lets go with
+    redis_unlock(text[]) (its per-name answers counted as unlock false).
+    The checks below cover these rounds as any other: their critical
+    section is the hold of "c" they took.
 rwlock.lease is 10 s, so no lease lapses during a fault: every lost update
 is a hold shared by mistake (SPEC 8).
 
@@ -171,6 +181,11 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import acl_line  # noqa: E402
 
 LOCK = "c"
+MULTI_NAMES = ("a1", "a2", "m1", "m2")    # with LOCK, in multi-name rounds
+MULTI_SQL = {"xact": "SELECT redis_wlock_xact(%s::text[])",
+             "try_xact": "SELECT redis_try_wlock_xact(%s::text[], '200ms')",
+             "session": "SELECT redis_wlock(%s::text[])",
+             "try": "SELECT redis_try_wlock(%s::text[], '200ms')"}
 KEY = "rwlock:{c}"             # the lock's hash (default rwlock.key_prefix)
 FAULT_EVERY = 0.25
 QUORUM_MAX_LEASE = 10          # s: rwlock.quorum_max_lease in quorum mode
@@ -306,8 +321,10 @@ WARN_KINDS = (
 
 
 class Session:
-    def __init__(self, wid, plan, url, seed, nested, chain, command_timeout):
+    def __init__(self, wid, plan, url, seed, nested, chain, command_timeout, multi):
         self.wid = wid
+        self.multi = multi
+        self.multi_rounds = collections.Counter()    # per form, committed
         self.command_timeout = command_timeout
         self.plan = plan
         self.nested = nested
@@ -460,10 +477,15 @@ class Session:
         for a chained COMMIT, to be committed by the next round's message)."""
         xact = form in XACT_FORMS
         owed, self.owed = self.owed, None
+        names = None
+        if not last and self.rnd.random() < self.multi:
+            names = [LOCK] + self.rnd.sample(MULTI_NAMES, self.rnd.randint(1, 3))
+            self.rnd.shuffle(names)
         sql = {"xact": "SELECT redis_wlock_xact(%s)",
                "try_xact": "SELECT redis_try_wlock_xact(%s, '200ms')",
                "session": "SELECT redis_wlock(%s)",
-               "try": "SELECT redis_try_wlock(%s, '200ms')"}[form]
+               "try": "SELECT redis_try_wlock(%s, '200ms')"}[form] \
+            if names is None else MULTI_SQL[form]
         if xact:
             sql = "BEGIN; " + sql
         if owed:
@@ -472,7 +494,7 @@ class Session:
             # unanswered when the acquisition starts.
             sql = "COMMIT; " + sql
         try:
-            row = self.one(sql, (LOCK,))
+            row = self.one(sql, (LOCK,) if names is None else (names,))
         except psycopg2.Error:
             if owed:
                 self.ambiguous += 1     # chaos_log says whether it committed
@@ -480,6 +502,9 @@ class Session:
         if owed:
             self.increments[owed] += 1
             self.chained += 1
+        if names is not None and not form.startswith("try") and len(row[0]) != len(names):
+            self.failures.append("session %d: %d tokens for the %d names %s"
+                                 % (self.wid, len(row[0]), len(names), names))
         if form.startswith("try") and not row[0]:
             self.busy[form] += 1
             if xact:
@@ -495,6 +520,7 @@ class Session:
             raise
         finally:
             self.leave()        # before the release is sent
+        self.multi_rounds[form] += names is not None    # written, inside
         if xact:
             if not last and self.rnd.random() < self.chain:
                 self.owed = form
@@ -509,7 +535,10 @@ class Session:
         self.increments[form] += 1        # the statement committed (autocommit)
         if inner and not self.one("SELECT redis_unlock(%s)", (self.inner,))[0]:
             self.unlock_false += 1
-        if not self.one("SELECT redis_unlock(%s)", (LOCK,))[0]:
+        if names is not None:
+            self.unlock_false += self.one("SELECT redis_unlock(%s::text[])",
+                                          (names,))[0].count(False)
+        elif not self.one("SELECT redis_unlock(%s)", (LOCK,))[0]:
             self.unlock_false += 1
         return True
 
@@ -813,6 +842,10 @@ def parse():
                    default=float(os.environ.get("CHAOS_CHAIN", "0.5")),
                    help="share of transaction rounds whose COMMIT is sent in one message "
                         "with the next round's acquisition (default 0.5)")
+    p.add_argument("--multi", type=float,
+                   default=float(os.environ.get("CHAOS_MULTI", "0.33")),
+                   help="share of rounds whose acquisition is a multi-name call on the "
+                        "lock and 1 to 3 other names (default 0.33)")
     p.add_argument("--command-timeout",
                    default=os.environ.get("CHAOS_COMMAND_TIMEOUT", "1s,150ms"),
                    help="rwlock.command_timeout of the sessions, comma-separated, taken in "
@@ -1057,7 +1090,7 @@ def run(topo, args):
                 "at timestamptz DEFAULT clock_timestamp(), PRIMARY KEY (wid, seq))")
 
     sessions = [Session(i, args.plan[i % len(args.plan)], url, args.seed, args.nested,
-                        args.chain, args.timeouts[i % len(args.timeouts)])
+                        args.chain, args.timeouts[i % len(args.timeouts)], args.multi)
                 for i in range(args.sessions)]
     for s in sessions:
         shared.sessions[s.wid] = s
@@ -1195,7 +1228,8 @@ def run(topo, args):
     print("chaos: sessions through the fault proxy as ACL user %s" % topo.user)
     print("chaos: proxy: " + proxy.summary())
     print("chaos%s: %d sessions (%s), %.1f s, seed %d: increments %s (%s; %d with a nested "
-          "lock, %d COMMITs chained to the next acquisition); try busy %s; "
+          "lock, %d COMMITs chained to the next acquisition, %d multi-name (%s)); "
+          "try busy %s; "
           "faults %d (%s%s); errors %d (%s); warnings %s; unlock false %d; "
           "overlaps %d (%d hand-offs at an abort); stale tokens %d; observer %d samples, "
           "%d mismatches; counter %s; lost updates %s; late requests %d, stale %d"
@@ -1204,7 +1238,9 @@ def run(topo, args):
              " (sentinel, %d replicas)" % SENTINEL_REPLICAS if args.sentinel else "",
              len(sessions), ",".join(s.plan for s in sessions), elapsed, args.seed,
              committed, fmt(per_form), sum(s.nested_rounds for s in sessions),
-             sum(s.chained for s in sessions), fmt(busy),
+             sum(s.chained for s in sessions),
+             sum(sum(s.multi_rounds.values()) for s in sessions),
+             fmt(sum((s.multi_rounds for s in sessions), collections.Counter())), fmt(busy),
              sum(shared.faults.values()), fmt(shared.faults),
              ("; failed " + fmt(shared.fault_errors)) if shared.fault_errors else "",
              sum(errors.values()), fmt(errors), fmt(warnings), unlock_false,

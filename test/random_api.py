@@ -5,7 +5,8 @@
 Several SQL sessions (SESSIONS, 4) and a holder of the Python client
 (clients/python) run a random sequence of steps: every lock function
 (redis_wlock, redis_rlock, the try forms with and without a wait, the _xact
-forms; each also on an array of names, all or none), redis_unlock, redis_unlock_all, stacked calls (several in one
+forms; each also on an array of names, all or none), redis_unlock (on a
+name, and on an array of names), redis_unlock_all, stacked calls (several in one
 statement, some 100 to 150 deep), BEGIN / COMMIT / ROLLBACK / SAVEPOINT /
 ROLLBACK TO / RELEASE, errors inside transactions (then 25P02 until the
 rollback), DISCARD ALL, bad arguments (22004, 22023), PREPARE TRANSACTION
@@ -682,6 +683,21 @@ class Driver:
             self.check(rows[0][0] == out.value, "%s: returned %s, expected %s"
                        % (short_sql(text), rows[0][0], out.value))
 
+    def step_unlock_many(self, i):
+        """redis_unlock(text[]): 1 to 4 names, mostly held, duplicates
+        possible; a boolean per element of the array."""
+        s, rnd = self.sessions[i], self.rnd
+        held = [n for n, r in s.recs.items() if r.stack]
+        names = [rnd.choice(held) if held and rnd.random() < 0.8 else self.pick_name()
+                 for _ in range(rnd.randint(1, 4))]
+        out = s.unlock_many(names, time.time())
+        self.count("unlock many")
+        text, rows, state, notices = self.sql(i, "SELECT redis_unlock(%s::text[])", (names,))
+        self.compare("S%d" % i, text, out, rows, state, notices)
+        if not state:
+            self.check(rows[0][0] == out.value, "%s: returned %s, expected %s"
+                       % (short_sql(text), rows[0][0], out.value))
+
     def step_simple(self, i, q, out_fn, kind, value=False):
         out = out_fn()
         self.count(kind)
@@ -698,10 +714,10 @@ class Driver:
         cases = [("NULL", "22004"), ("''", "22023"), ("'%s'" % TOO_LONG, "22023")]
         if fn.startswith("redis_try"):
             cases += [("'a', NULL", "22004"), ("'a', '-1 s'", "22023")]
-        if fn != "redis_unlock":
-            # the multi-name forms: a NULL array or element, an empty array
-            cases += [("NULL::text[]", "22004"), ("ARRAY['a', NULL]", "22004"),
-                      ("'{}'::text[]", "22023"), ("ARRAY['a', '']", "22023")]
+        # the multi-name forms (redis_unlock's too): a NULL array or
+        # element, an empty array
+        cases += [("NULL::text[]", "22004"), ("ARRAY['a', NULL]", "22004"),
+                  ("'{}'::text[]", "22023"), ("ARRAY['a', '']", "22023")]
         arg, state = rnd.choice(cases)
         q = "SELECT %s(%s)" % (fn, arg)
         self.step_simple(i, q, lambda: s.error(time.time(), state), "bad argument")
@@ -740,6 +756,8 @@ class Driver:
                 return self.step_lock_many(i)
             return self.step_lock(i)
         if ch == "unlock":
+            if rnd.random() < 0.25:
+                return self.step_unlock_many(i)
             return self.step_unlock(i)
         if ch == "unlock_all":
             return self.step_simple(i, "SELECT redis_unlock_all()",

@@ -856,11 +856,12 @@ rw_release_at_exit(void)
 }
 
 /*
- * After rw_release_at_exit: whether the releases owed for the name on the
- * node were written whole to open connections, so that Redis will run
- * them: every one, or in quorum mode those to a majority of the members (a
- * minority's hold frees nothing and ends with its lease). Otherwise the
- * keeper is asked to release the hold (held.c).
+ * After rw_release_at_exit, or a cut-off wait's withdrawal (waiting.c):
+ * whether the releases owed for the name on the node were written whole to
+ * open connections, so that Redis will run them: every one, or in quorum
+ * mode those to a majority of the members (a minority's hold frees nothing
+ * and ends with its lease). Otherwise the keeper is asked to release the
+ * hold (held.c), or to withdraw the wait's intent (waiters.c).
  */
 bool
 rw_release_went_out(RwNode *node, const char *name)

@@ -86,6 +86,7 @@ static struct
 	TimestampTz start_ts;		/* for the logs' microseconds */
 	bool		checked;		/* deadlock_timeout passed: logged, walked */
 	bool		keyed;			/* our wait key was written */
+	bool		key_sent;		/* a check-in was sent: it may have been */
 	int64		next_ms;		/* next check */
 	int64		checkin_ms;		/* next check-in due */
 	int64		check_until;	/* the check in progress ends by then */
@@ -194,6 +195,7 @@ dl_check_in(void)
 	 */
 	snprintf(px, sizeof(px), INT64_FORMAT,
 			 Max((int64) 3 * DeadlockTimeout, (int64) 2 * RW_INTENT_MS));
+	dl.key_sent = true;
 	rw_fan_script(&f, dl.node, RW_SCRIPT_CHECKIN, 1, k, klen, 3, args);
 	for (int i = 0; i < f.n; i++)
 	{
@@ -217,8 +219,13 @@ dl_check_in(void)
 	return confirmed >= f.need;
 }
 
-/* Take our wait key away, without waiting for the answers. Never throws. */
-static void
+/*
+ * Take our wait key away, without waiting for the answers. False when the
+ * DEL could not be written out to every connection that serves the key (a
+ * connection closed by a cut-off call: the key, or a check-in still on its
+ * way, may be left behind). Never throws.
+ */
+static bool
 dl_drop_key(void)
 {
 	RwConn	   *conns[RW_QUORUM_MAX];
@@ -227,18 +234,64 @@ dl_drop_key(void)
 	const char *argv[2] = {"DEL", dl.wait_key};
 	size_t		lens[2] = {3, strlen(dl.wait_key)};
 	RwError		err;
+	bool		out = true;
 
-	if (!dl.keyed)
-		return;
-	dl.keyed = false;
+	if (!dl.keyed && !dl.key_sent)
+		return true;
+	dl.keyed = dl.key_sent = false;
 	n = rw_fan_conns(dl.node, dl.wait_key, conns, member);
+	if (n < rw_quorum_size(dl.node))
+		out = false;			/* a member not asked now */
 	for (int k = 0; k < n; k++)
 	{
 		if (conns[k]->ctx == NULL)
-			continue;			/* its time to live ends it */
+		{
+			out = false;
+			continue;
+		}
 		rw_append(conns[k], 2, argv, lens, RW_TAG_DISCARD);
-		(void) rw_flush(conns[k], rw_now_ms() + rw_command_timeout_ms, &err);
+		if (!rw_flush(conns[k], rw_now_ms() + rw_command_timeout_ms, &err) ||
+			!rw_conn_sent_all(conns[k]))
+			out = false;
 	}
+	return out;
+}
+
+/*
+ * The keeper, for a session whose wait was cut off (rw_waiters_leftovers):
+ * DEL its wait key where it is served, and wait for the answers. True when
+ * Redis (a majority of a quorum's members) ran it. Never throws.
+ */
+bool
+rw_deadlock_drop_key_as(RwNode *node, const char *wait_key, RwError *err)
+{
+	RwConn	   *conns[RW_QUORUM_MAX];
+	int			member[RW_QUORUM_MAX];
+	int			n = rw_fan_conns(node, wait_key, conns, member);
+	int			done = 0;
+	const char *argv[2] = {"DEL", wait_key};
+	size_t		lens[2] = {3, strlen(wait_key)};
+
+	for (int k = 0; k < n; k++)
+	{
+		redisReply *r = NULL;
+
+		if (!rw_conn_ensure(conns[k], err))
+			continue;
+		rw_append(conns[k], 2, argv, lens, NULL);
+		if (!rw_exchange(conns[k], 1, &r, err))
+			continue;
+		if (r->type != REDIS_REPLY_ERROR)
+			done++;
+		else
+		{
+			rw_error_set(err, RW_ERR_REPLY, "%s", r->str);
+			if (member[k] < 0)
+				(void) rw_cluster_redirected(node, err, rw_now_ms());
+		}
+		freeReplyObject(r);
+	}
+	return done >= (rw_quorum_size(node) > 0 ? rw_quorum_majority(node) : 1);
 }
 
 /* ---------------------------------------------------------------------
@@ -345,7 +398,7 @@ dl_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode)
 	dl.level = dl_next_level;
 	dl.start_ms = rw_now_ms();
 	dl.start_ts = GetCurrentTimestamp();
-	dl.checked = dl.keyed = false;
+	dl.checked = dl.keyed = dl.key_sent = false;
 	dl.checkin_gap = dl.walk_gap = dl.marked = dl.lapsed = dl.foreign = false;
 	dl.retry_ms = 0;
 	dl.seen = 0;
@@ -492,23 +545,27 @@ rw_deadlock_tick(RwNode *node, const RwKeys *keys, const char *name,
 
 /*
  * The wait ended (also from abort callbacks: never throws then, as nothing
- * is logged unless granted, which happens only in the normal flow).
+ * is logged unless granted, which happens only in the normal flow). Returns
+ * our wait key if its DEL could not be written out (it may be left behind:
+ * waiting.c leaves it to the keeper), else NULL.
  */
-void
+const char *
 rw_deadlock_wait_end(bool granted)
 {
 	int64		waited;
+	bool		dropped;
 
 	if (!dl.active)
-		return;
+		return NULL;
 	dl.active = false;
 	waited = rw_now_ms() - dl.start_ms;
 	rw_stat_add(RW_STAT_WAIT_MS, (uint64) Max(waited, 0));
 	rw_stat_max(RW_STAT_WAIT_MAX_MS, (uint64) Max(waited, 0));
 	rw_waiters_unpublish();
-	dl_drop_key();
+	dropped = dl_drop_key();
 	if (granted && dl.checked && log_lock_waits)
 		dl_log("acquired", NULL, 0);
+	return dropped ? NULL : dl.wait_key;
 }
 
 /* Fail this session, the victim of a deadlock: 40P01 naming the cycle. */

@@ -144,7 +144,7 @@ rw_raise(RwConn *conn, const RwError *err)
 					 errmsg("%s is not fit to serve locks", where),
 					 errdetail("%s", err->msg),
 					 logged ? errdetail_log("%s", logged) : 0,
-					 errhint("Run a Redis that serves locks with maxmemory-policy noeviction.")));
+					 errhint("Run a Redis that serves locks with maxmemory-policy noeviction, Redis 5.0 or later.")));
 			break;
 		case RW_ERR_CONNECT:
 			ereport(ERROR,

@@ -104,8 +104,31 @@ rw_fan_conns(RwNode *node, const char *key, RwConn **conns, int *member)
 }
 
 /*
+ * After a call to a cluster's member failed with *err: whether to send it
+ * again now, to where the cluster says keys[0] is served (*conn set to it),
+ * as the lock calls do. An ASK holds for the rest of the call only
+ * (cluster.c), and a waiter's next try is a new call: a check that left a
+ * redirection for its next round would be sent to the old master again,
+ * and answered ASK again, for as long as the slot migrates. The retries end
+ * rwlock.command_timeout after `started` (rw_cluster_redirected).
+ */
+static bool
+fan_again(RwNode *node, RwConn **conn, int member, const char *key,
+		  int64 started, RwError *err)
+{
+	int			m;
+
+	if (member >= 0 || node->cluster == NULL ||
+		!rw_cluster_redirected(node, err, started))
+		return false;
+	(void) rw_fan_conns(node, key, conn, &m);
+	return true;
+}
+
+/*
  * One script on each connection for keys[0] (rw_fan_conns). f->r[k] is
- * NULL where it failed or answered an error.
+ * NULL where it failed or answered an error. A cluster's redirection is
+ * followed at once (fan_again).
  */
 void
 rw_fan_script(RwFan *f, RwNode *node, RwScriptId id, int nkeys,
@@ -114,6 +137,7 @@ rw_fan_script(RwFan *f, RwNode *node, RwScriptId id, int nkeys,
 {
 	RwConn	   *conns[RW_QUORUM_MAX];
 	int			member[RW_QUORUM_MAX];
+	int64		started = rw_now_ms();
 
 	f->n = rw_fan_conns(node, keys[0], conns, member);
 	f->size = Max(rw_quorum_size(node), 1);
@@ -130,11 +154,32 @@ rw_fan_script(RwFan *f, RwNode *node, RwScriptId id, int nkeys,
 		if (!rw_script_run(conns[k], &call, 1, &f->r[k], &err))
 		{
 			f->r[k] = NULL;
+			if (fan_again(node, &conns[k], member[k], keys[0], started, &err))
+			{
+				k--;
+				continue;
+			}
 			rw_fan_failed(node, conns[k], member[k], &err);
 			continue;
 		}
 		if (f->r[k]->type == REDIS_REPLY_ERROR)
 		{
+			memset(&err, 0, sizeof(err));
+			rw_error_set(&err, RW_ERR_REPLY, "%s", f->r[k]->str);
+			if (fan_again(node, &conns[k], member[k], keys[0], started, &err))
+			{
+				freeReplyObject(f->r[k]);
+				f->r[k] = NULL;
+				k--;
+				continue;
+			}
+			if (err.kind == RW_ERR_INTERRUPTED)
+			{
+				/* cancelled in the pause before a retry */
+				freeReplyObject(f->r[k]);
+				f->r[k] = NULL;
+				rw_fan_failed(node, conns[k], member[k], &err);
+			}
 			if (!fan_error_reply(node, conns[k], member[k], f->r[k]))
 				f->version = true;
 			f->r[k] = NULL;

@@ -351,6 +351,19 @@ holdtable_wake_for(RwSlot *s, int64 due)
 	}
 }
 
+/* Wake the keeper now (a cut-off wait's leftovers to withdraw: waiters.c). */
+void
+rw_holdtable_wake_keeper(void)
+{
+	if (shared == NULL)
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	shared->keeper_wake = rw_now_ms();
+	if (shared->keeper_latch != NULL)
+		SetLatch(shared->keeper_latch);
+	LWLockRelease(shared->lock);
+}
+
 /*
  * Publish a hold that was just taken (or taken again) in Redis. slot is the
  * hold's slot or -1; returns its slot, or -1 if there is no table (the

@@ -17,6 +17,8 @@
  * holds that did not change meanwhile. A renewal that finds the hold gone
  * flags it lost; the session reports it at its next operation on that lock
  * (held.c).
+ * The keeper also withdraws the wait key and the intent or mark that a wait
+ * cut off in a stall left in Redis (waiters.c), on the session's behalf.
  * A hold left to the keeper (its backend exited before its own release got
  * through, or is gone) is released on its owner's behalf. A release that
  * fails (no connection, an error reply such as WRONGTYPE, a MOVED) is
@@ -274,7 +276,7 @@ keeper_release(RwDueHold *w, int64 now)
 							   idle_ms / 1000.0, w->lease_ms / 1000.0)));
 			return PG_INT64_MAX;
 	}
-	if (!rw_release_as(&k->node, &w->keys, w->owner, w->seq, &err))
+	if (!rw_release_as(&k->node, &w->keys, w->owner, w->seq, RW_KEEP_NOTHING, &err))
 	{
 		keeper_release_failed(w, k, &err);
 		return keeper_retry_later(w, now);
@@ -343,6 +345,56 @@ keeper_renew_node(KNode *k, RwDueHold *work, int n)
 }
 
 /*
+ * The keeper: withdraw what waits cut off in a stall left in Redis
+ * (rw_waiters_leftovers): each one's intent or mark (release.lua keeping
+ * every hold, as its owner's next request, drawn from the session's own
+ * counter while the leftover is still there: a request the session sends
+ * after taking it back is newer) and its wait key. A session that leaves one wakes the keeper; what fails is tried
+ * again after KEEPER_RETRY_MS; a session that takes a lock again first
+ * takes its leftover back. True if some are left.
+ */
+static bool
+keeper_withdraw_leftovers(int64 now)
+{
+	bool		left = false;
+
+	RwLeftover *l;
+	int			n = rw_waiters_leftovers(&l);
+
+	for (int i = 0; i < n; i++)
+	{
+		KNode	   *k = knode_get(l[i].url);
+		RwError		err;
+		bool		ok = true;
+
+		if (k == NULL)
+		{
+			rw_waiters_leftover_done(l[i].procno, l[i].gen);
+			continue;
+		}
+		k->seen = now;
+		memset(&err, 0, sizeof(err));
+		if (l[i].intent)
+		{
+			RwKeys		keys;
+			uint64		seq = rw_waiters_leftover_seq(l[i].procno, l[i].gen);
+
+			if (seq == 0)
+				continue;		/* taken back meanwhile */
+			rw_fan_keys_of(l[i].key, &keys);
+			ok = rw_release_as(&k->node, &keys, l[i].owner, seq, RW_KEEP_ALL, &err);
+		}
+		if (ok && l[i].wait_key[0] != '\0')
+			ok = rw_deadlock_drop_key_as(&k->node, l[i].wait_key, &err);
+		if (ok)
+			rw_waiters_leftover_done(l[i].procno, l[i].gen);
+		else
+			left = true;
+	}
+	return left;
+}
+
+/*
  * One pass: renew what is due among the holds this process renews, the
  * longest due first, at most KEEPER_BATCH at a time (rw_holdtable_due), and
  * release those whose backend exited. Returns when to look again
@@ -355,6 +407,9 @@ keeper_cycle(void)
 	int64		next = now + KEEPER_MAX_SLEEP_MS;
 	RwDueHold  *work;
 	int			n;
+
+	if (my_renewer < 0 && keeper_withdraw_leftovers(now))
+		next = Min(next, now + KEEPER_RETRY_MS);	/* not all withdrawn */
 
 	n = rw_holdtable_due(my_renewer, now, retry_at, retry_gen, KEEPER_BATCH,
 						 knode_seen, &work, &next, &cycle_had_holds);

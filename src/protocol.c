@@ -49,6 +49,19 @@ rw_proto_seq_share(pg_atomic_uint64 *counters)
 	proto_seqs = counters;
 }
 
+/*
+ * The next request number of another PGPROC's session (the keeper, sending
+ * a request on its behalf): drawn from the same shared counter as the
+ * session's own, so each is still used once, in order. 0 without one.
+ */
+uint64
+rw_proto_seq_next_of(int procno)
+{
+	if (proto_seqs == NULL || procno < 0 || procno >= MaxBackends)
+		return 0;
+	return pg_atomic_add_fetch_u64(&proto_seqs[procno], 1);
+}
+
 static pg_atomic_uint64 *
 proto_seq_shared(void)
 {
@@ -665,20 +678,21 @@ rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep, int lease_ms,
 }
 
 /*
- * Release everything another owner holds of the lock (the keeper, for a
- * session that exited before its own release got through) as that owner's
- * request seq, and wait for the answer: as rw_proto_release. owner must
- * outlive the call.
+ * Release what another owner holds of the lock, keeping `keep` (the
+ * keeper: everything, for a session that exited before its own release got
+ * through; only the intent or mark of a wait cut off in a stall, for a live
+ * one) as that owner's request seq, and wait for the answer: as
+ * rw_proto_release. owner must outlive the call.
  */
 int
 rw_proto_release_as(RwConn *conn, const RwKeys *keys, const char *owner,
-					uint64 seq, RwError *err)
+					uint64 seq, RwKeep keep, RwError *err)
 {
 	RwAcquireCall c;
 	const char *args[6];
 	int			held;
 
-	proto_release_args(RW_KEEP_NOTHING, 0, seq, args, c.seq, c.lease, c.keep);
+	proto_release_args(keep, 0, seq, args, c.seq, c.lease, c.keep);
 	args[1] = owner;
 	proto_prepare(&c.call, RW_SCRIPT_RELEASE, keys, 6, args);
 	if (!rw_script_send(conn, &c.call, 1, 0, err))

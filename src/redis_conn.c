@@ -71,7 +71,7 @@
 #define CONN_ALL_OWED	(-1)	/* conn_exchange: wait for the tagged only */
 #define CONN_LATE_MS	100		/* conn_wait: looks this long past a deadline */
 #define CONN_HANDSHAKE_ROOM 1024	/* the handshake's commands after AUTH
-									 * (conn_append_secret): about 500 bytes
+									 * (conn_append_secret): about 550 bytes
 									 * at most */
 
 static uint64 conn_call_id = 1;
@@ -757,8 +757,10 @@ conn_append_secret(RwConn *conn, int argc, const char **argv)
  * password ignores one that a catch-all line of the password file gave.
  *
  * A command connection to a Redis that serves locks also checks, in the
- * same round trip, that it may (SPEC 13): its maxmemory-policy must be
- * noeviction (INFO memory: no right to read the configuration), and a
+ * same round trip, that it may (SPEC 13): it must be Redis 5.0 or later
+ * (INFO server; a user refused INFO is an ACL user, of 6.0 or later), its
+ * maxmemory-policy must be noeviction (INFO memory: no right to read the
+ * configuration), and a
  * session's user must be allowed to publish on the lock channels of its
  * rwlock.key_prefix (a PUBLISH to "<prefix>:{}:c", a channel no waiter
  * listens on: no lock has an empty name). Without that permission every
@@ -766,7 +768,7 @@ conn_append_secret(RwConn *conn, int argc, const char **argv)
  * lease. A waiters' connection checks that the user may subscribe there
  * (SUBSCRIBE and UNSUBSCRIBE; without it, waiters could only poll), at the
  * first wait. The keeper does not publish (renewals wake nobody) and serves
- * holds of every prefix: it checks the policy only.
+ * holds of every prefix: it checks the version and the policy only.
  *
  * The steps are a table (handshake_steps): each says when it is sent, what
  * it sends, and what its answer means. All are sent, then all answers read
@@ -912,6 +914,68 @@ hs_check_info(Handshake *h, const char *command, redisReply *r)
 	return true;
 }
 
+/*
+ * The oldest Redis whose commands rwlock's features send work (5.0): the
+ * scripts read TIME and then write, which needs script effects
+ * replication, Redis's default only since 5.0 (before, such a script fails
+ * at its first write); the rest is older (docs/protocol.md, section 1).
+ * Valkey says redis_version 7.2.4, whatever its own version.
+ */
+#define RW_REDIS_MIN_MAJOR	5
+#define RW_REDIS_MIN_MINOR	0
+
+static void
+hs_append_info_server(Handshake *h)
+{
+	const char *argv[2] = {"INFO", "server"};
+
+	rw_append(h->conn, 2, argv, NULL, NULL);
+}
+
+/* The value of "field:" in INFO's text, up to the line's end, or "". */
+static void
+hs_info_field(const redisReply *r, const char *field, char *out, size_t size)
+{
+	const char *p = strstr(r->str, field);
+	size_t		len;
+
+	out[0] = '\0';
+	if (p == NULL || (p != r->str && p[-1] != '\n'))
+		return;
+	p += strlen(field);
+	len = strcspn(p, "\r\n");
+	snprintf(out, size, "%.*s", (int) Min(len, size - 1), p);
+}
+
+/*
+ * A server older than the features' commands need is refused, its version
+ * named. A user refused INFO is not checked, and needs not be: ACL users,
+ * and a default user an ACL limits, came with Redis 6.0.
+ */
+static bool
+hs_check_version(Handshake *h, const char *command, redisReply *r)
+{
+	char		version[64];
+	char		valkey[64];
+	int			major = 0,
+				minor = 0;
+
+	if (r->type != REDIS_REPLY_STRING)
+		return true;
+	hs_info_field(r, "redis_version:", version, sizeof(version));
+	hs_info_field(r, "valkey_version:", valkey, sizeof(valkey));
+	if (version[0] == '\0' || sscanf(version, "%d.%d", &major, &minor) != 2)
+		return true;
+	if (major > RW_REDIS_MIN_MAJOR ||
+		(major == RW_REDIS_MIN_MAJOR && minor >= RW_REDIS_MIN_MINOR))
+		return true;
+	rw_error_set(h->err, RW_ERR_UNFIT,
+				 "it is %s %s: rwlock needs Redis %d.%d or later (its scripts read TIME before they write, which needs script effects replication, the default since 5.0)",
+				 valkey[0] ? "Valkey" : "Redis", valkey[0] ? valkey : version,
+				 RW_REDIS_MIN_MAJOR, RW_REDIS_MIN_MINOR);
+	return false;
+}
+
 static char *
 hs_probe(Handshake *h)
 {
@@ -990,6 +1054,7 @@ static const HandshakeStep handshake_steps[] = {
 	{"SELECT", hs_want_select, hs_append_select, hs_check_plain},
 	{"CLIENT SETNAME", hs_want_always, hs_append_setname, hs_check_setname},
 	{"ROLE", hs_want_role, hs_append_role, hs_check_role},
+	{"INFO", hs_want_fit, hs_append_info_server, hs_check_version},
 	{"INFO", hs_want_fit, hs_append_info, hs_check_info},
 	{"PUBLISH", hs_want_publish, hs_append_publish, hs_check_channel},
 	{"SUBSCRIBE", hs_want_subscribe, hs_append_subscribe, hs_check_channel},

@@ -985,11 +985,12 @@ rw_release_at_exit(void)
 }
 
 /*
- * After rw_release_at_exit: whether the releases owed for the name on the
- * node were written whole to open connections, so that Redis will run
- * them: every one, or in quorum mode those to a majority of the members (a
- * minority's hold frees nothing and ends with its lease). Otherwise the
- * keeper is asked to release the hold (held.c).
+ * After rw_release_at_exit, or a cut-off wait's withdrawal (waiting.c):
+ * whether the releases owed for the name on the node were written whole to
+ * open connections, so that Redis will run them: every one, or in quorum
+ * mode those to a majority of the members (a minority's hold frees nothing
+ * and ends with its lease). Otherwise the keeper is asked to release the
+ * hold (held.c), or to withdraw the wait's intent (waiters.c).
  */
 bool
 rw_release_went_out(RwNode *node, const char *name)
@@ -1008,15 +1009,16 @@ rw_release_went_out(RwNode *node, const char *name)
 }
 
 /*
- * Release everything `owner` holds of a lock, on the connection that serves
- * it, or on every member of a quorum that may be asked, and wait for the
- * answers: the keeper, for a session that exited before its own release
- * got through. True when Redis (a majority of a quorum's members) ran it,
- * whatever it found. Never throws.
+ * Release what `owner` holds of a lock but `keep`, on the connection that
+ * serves it, or on every member of a quorum that may be asked, and wait for
+ * the answers: the keeper, for a session that exited before its own release
+ * got through (RW_KEEP_NOTHING), or whose wait was cut off in a stall
+ * (RW_KEEP_ALL: its intent or mark only). True when Redis (a majority of a
+ * quorum's members) ran it, whatever it found. Never throws.
  */
 bool
 rw_release_as(RwNode *node, const RwKeys *keys, const char *owner,
-			  uint64 seq, RwError *err)
+			  uint64 seq, RwKeep keep, RwError *err)
 {
 	int			n = rw_quorum_size(node);
 	int			done = 0;
@@ -1026,7 +1028,7 @@ rw_release_as(RwNode *node, const RwKeys *keys, const char *owner,
 		RwConn	   *conn = rw_cluster_cmd(node, keys);
 
 		return rw_conn_ensure(conn, err) &&
-			rw_proto_release_as(conn, keys, owner, seq, err) >= 0;
+			rw_proto_release_as(conn, keys, owner, seq, keep, err) >= 0;
 	}
 	for (int i = 0; i < n; i++)
 	{
@@ -1036,7 +1038,7 @@ rw_release_as(RwNode *node, const RwKeys *keys, const char *owner,
 		if (!rw_quorum_may_ask(node, i))
 			continue;
 		if (rw_conn_ensure(conn, &merr) &&
-			rw_proto_release_as(conn, keys, owner, seq, &merr) >= 0)
+			rw_proto_release_as(conn, keys, owner, seq, keep, &merr) >= 0)
 			done++;
 		else
 		{

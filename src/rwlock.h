@@ -29,7 +29,8 @@
  *	               re-checked, the victim picked and marked
  *	  waiters.c    the waiting sessions of this server in shared memory:
  *	               rows of redis_locks, what the walk checks its own
- *	               server's wait keys against
+ *	               server's wait keys against, and the leftovers of waits
+ *	               cut off in a stall, which the keeper withdraws
  *	  fanout.c     one call to every member that may answer, and a
  *	               majority's tally of the answers (deadlock.c, walk.c,
  *	               quorum.c)
@@ -551,7 +552,9 @@ extern int	rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err);
 extern bool rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwKeep keep,
 								  int lease_ms, RwAcquireCall *c, RwError *err);
 extern int	rw_proto_release_as(RwConn *conn, const RwKeys *keys,
-								const char *owner, uint64 seq, RwError *err);
+								const char *owner, uint64 seq, RwKeep keep,
+								RwError *err);
+extern uint64 rw_proto_seq_next_of(int procno);
 extern int	rw_proto_release(RwConn *conn, const RwKeys *keys, RwKeep keep,
 							 int lease_ms, RwError *err);
 extern void rw_proto_release_append(RwConn *conn, const RwKeys *keys,
@@ -888,7 +891,7 @@ extern bool rw_release_found_lost(RwNode *node, const char *name);
 extern void rw_release_at_exit(void);
 extern bool rw_release_went_out(RwNode *node, const char *name);
 extern bool rw_release_as(RwNode *node, const RwKeys *keys, const char *owner,
-						  uint64 seq, RwError *err);
+						  uint64 seq, RwKeep keep, RwError *err);
 extern void rw_note_release_failed(const char *name, const RwError *err);
 
 /* ---- waiting.c ---- */
@@ -918,7 +921,9 @@ extern void rw_deadlock_init(void);
 extern void rw_deadlock_set_level(RwLevel level);
 extern bool rw_deadlock_tick(RwNode *node, const RwKeys *keys,
 							 const char *name, RwMode mode, int64 *sleep_ms);
-extern void rw_deadlock_wait_end(bool granted);
+extern const char *rw_deadlock_wait_end(bool granted);
+extern bool rw_deadlock_drop_key_as(RwNode *node, const char *wait_key,
+									RwError *err);
 extern void rw_deadlock_report(void) pg_attribute_noreturn();
 extern int	rw_deadlock_waiters(RwWaiterRow **rows);
 extern bool rw_deadlock_blockers(int pid, char ***owners, int *nowners);
@@ -931,6 +936,26 @@ extern void rw_waiters_unpublish(void);
 extern bool rw_waiters_waits(const char *owner, const char *key);
 extern char rw_waiters_local_mode(const char *owner, const char *key);
 extern bool rw_waiters_find(int pid, char **key, char **owner, char *mode);
+extern void rw_waiters_leave_behind(const char *url, const char *wait_key,
+									bool intent);
+extern void rw_waiters_take_back(void);
+extern void rw_holdtable_wake_keeper(void);
+
+/* A cut-off wait's leftovers, owed like a release (the keeper sends it). */
+typedef struct RwLeftover
+{
+	int			procno;			/* the waiter's PGPROC: its request sequence */
+	uint64		gen;			/* the entry's, when copied */
+	bool		intent;			/* its intent or mark is to be withdrawn */
+	char	   *owner;
+	char	   *key;			/* the lock's hash key */
+	char	   *url;			/* the node's spec */
+	char	   *wait_key;
+} RwLeftover;
+
+extern int	rw_waiters_leftovers(RwLeftover **out);
+extern void rw_waiters_leftover_done(int procno, uint64 gen);
+extern uint64 rw_waiters_leftover_seq(int procno, uint64 gen);
 
 /* ---- walk.c ---- */
 typedef enum RwWalkResult

@@ -11,6 +11,13 @@
  * wait only. Without it there is no table: no waiter rows, and the walk
  * trusts Redis alone.
  *
+ * A wait cut off in a stall (its connection closed before its withdrawal
+ * could be written) leaves its wait key and its intent or mark in Redis;
+ * its entry then keeps them as a leftover, which the keeper withdraws on
+ * the session's behalf (keeper.c), owed like a release: an idle session
+ * makes no call that would send it, and until then walkers of other
+ * servers would see a live wait (a false 40P01).
+ *
  *-------------------------------------------------------------------------
  */
 #include "rwlock.h"
@@ -22,6 +29,7 @@
 #include "storage/shmem.h"
 
 #define DL_KEY_MAX		(RW_PREFIX_MAX + 3 * RW_NAME_MAX + 8)
+#define DL_WAIT_KEY_MAX	(RW_PREFIX_MAX + 3 * RW_OWNER_MAX + 16)
 
 typedef struct DlEntry
 {
@@ -34,16 +42,24 @@ typedef struct DlEntry
 	char		owner[RW_OWNER_MAX];
 	char		key[DL_KEY_MAX];	/* the lock's hash key */
 	char		name[RW_NAME_MAX + 1];
+	/* a wait cut off that left its wait key or intent (in_use is false) */
+	bool		leftover;
+	bool		leftover_intent;	/* its intent or mark is to go */
+	uint64		leftover_gen;
+	char		url[RW_SPEC_MAX + 1];
+	char		wait_key[DL_WAIT_KEY_MAX];	/* "" if only the intent */
 } DlEntry;
 
 typedef struct DlShared
 {
 	LWLock	   *lock;
+	uint64		gen;			/* stamps leftovers */
 	int			n;
 	DlEntry		entries[FLEXIBLE_ARRAY_MEMBER];
 } DlShared;
 
 static DlShared *dl_shared = NULL;
+static bool left_behind = false;	/* this session left a leftover */
 static bool published = false;	/* this session's entry is in use */
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -77,8 +93,9 @@ dl_shmem_startup(void)
 	{
 		dl_shared->lock = &(GetNamedLWLockTranche("rwlock waits"))->lock;
 		dl_shared->n = MaxBackends;
+		dl_shared->gen = 0;
 		for (int i = 0; i < MaxBackends; i++)
-			dl_shared->entries[i].in_use = false;
+			dl_shared->entries[i].in_use = dl_shared->entries[i].leftover = false;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -125,6 +142,8 @@ rw_waiters_publish(RwMode mode, RwLevel level, TimestampTz since,
 	strlcpy(e->owner, rw_owner_id(), sizeof(e->owner));
 	strlcpy(e->key, key, sizeof(e->key));
 	strlcpy(e->name, name, sizeof(e->name));
+	/* a leftover of an earlier wait: the session is back, and owes it */
+	e->leftover = false;
 	e->in_use = true;
 	LWLockRelease(dl_shared->lock);
 	published = true;
@@ -142,6 +161,119 @@ rw_waiters_unpublish(void)
 	e->in_use = false;
 	LWLockRelease(dl_shared->lock);
 	published = false;
+}
+
+/*
+ * The wait that just ended (rw_waiters_unpublish) was cut off and may have
+ * left its wait key (wait_key, "" if not) and its intent or mark (intent)
+ * in Redis at url: the keeper withdraws them on this session's behalf
+ * (rw_waiters_leftovers), owed like a release, unless this session waits
+ * again first. Never throws.
+ */
+void
+rw_waiters_leave_behind(const char *url, const char *wait_key, bool intent)
+{
+	DlEntry    *e = dl_my_entry();
+
+	if (e == NULL || e->owner[0] == '\0')
+		return;
+	LWLockAcquire(dl_shared->lock, LW_EXCLUSIVE);
+	strlcpy(e->url, url, sizeof(e->url));
+	strlcpy(e->wait_key, wait_key, sizeof(e->wait_key));
+	e->leftover_intent = intent;
+	e->leftover_gen = ++dl_shared->gen;
+	e->leftover = true;
+	LWLockRelease(dl_shared->lock);
+	left_behind = true;
+	rw_holdtable_wake_keeper();
+}
+
+/*
+ * This session takes a lock again: it owes its leftover itself now (its
+ * owed release goes ahead of its tries, release.c), so the keeper's
+ * request on its behalf, drawn from the same sequence, cannot race with
+ * its own. Cheap when nothing was left (a flag of this process).
+ */
+void
+rw_waiters_take_back(void)
+{
+	DlEntry    *e = dl_my_entry();
+
+	if (!left_behind || e == NULL)
+		return;
+	LWLockAcquire(dl_shared->lock, LW_EXCLUSIVE);
+	e->leftover = false;
+	LWLockRelease(dl_shared->lock);
+	left_behind = false;
+}
+
+/*
+ * For the keeper: a copy of every leftover (rw_waiters_leave_behind), in
+ * the current memory context. Returns how many.
+ */
+int
+rw_waiters_leftovers(RwLeftover **out)
+{
+	int			n = 0;
+
+	*out = NULL;
+	if (dl_shared == NULL)
+		return 0;
+	LWLockAcquire(dl_shared->lock, LW_SHARED);
+	for (int i = 0; i < dl_shared->n; i++)
+	{
+		DlEntry    *e = &dl_shared->entries[i];
+		RwLeftover *l;
+
+		if (!e->leftover)
+			continue;
+		if (*out == NULL)
+			*out = palloc(sizeof(RwLeftover) * dl_shared->n);
+		l = &(*out)[n++];
+		l->procno = i;
+		l->gen = e->leftover_gen;
+		l->intent = e->leftover_intent;
+		l->owner = pstrdup(e->owner);
+		l->key = pstrdup(e->key);
+		l->url = pstrdup(e->url);
+		l->wait_key = pstrdup(e->wait_key);
+	}
+	LWLockRelease(dl_shared->lock);
+	return n;
+}
+
+/*
+ * For the keeper, about to withdraw a leftover: the owner's next request
+ * number, drawn while the leftover is still there (else 0: the session took
+ * it back, rw_waiters_take_back). Under the lock, so every request the
+ * session sends after taking it back is newer: the keeper's, however late,
+ * is then stale, never the session's.
+ */
+uint64
+rw_waiters_leftover_seq(int procno, uint64 gen)
+{
+	uint64		seq = 0;
+
+	if (dl_shared == NULL || procno < 0 || procno >= dl_shared->n)
+		return 0;
+	LWLockAcquire(dl_shared->lock, LW_EXCLUSIVE);
+	if (dl_shared->entries[procno].leftover &&
+		dl_shared->entries[procno].leftover_gen == gen)
+		seq = rw_proto_seq_next_of(procno);
+	LWLockRelease(dl_shared->lock);
+	return seq;
+}
+
+/* The keeper withdrew a leftover: forget it, unless it changed since. */
+void
+rw_waiters_leftover_done(int procno, uint64 gen)
+{
+	if (dl_shared == NULL || procno < 0 || procno >= dl_shared->n)
+		return;
+	LWLockAcquire(dl_shared->lock, LW_EXCLUSIVE);
+	if (dl_shared->entries[procno].leftover_gen == gen)
+		dl_shared->entries[procno].leftover = false;
+	LWLockRelease(dl_shared->lock);
 }
 
 /* The waiting sessions of this server, for redis_locks. */

@@ -20,7 +20,11 @@
  * intent or mark is withdrawn when the wait ends without the lock, also from
  * the (sub)transaction abort callbacks (rw_abandon_wait), so that a reader
  * that gave up is owed no turn; the withdrawal is sent without waiting for
- * the answer, and with no connection left to its short lease.
+ * the answer. With no connection left (a call cut off in a stall), it is
+ * owed (release.c), and since an idle session makes no call that would
+ * send it, the keeper withdraws it, and the wait key, on the session's
+ * behalf (waiters.c): until then another server's walk would take them for
+ * a live wait.
  *
  * An upgrade whose read lock Redis no longer has (RW_READ_LOST) marks the
  * hold lost at once, with a WARNING kept for the end of the call, and goes
@@ -112,6 +116,7 @@ wait_begin(RwNode *node, const RwKeys *keys, const char *name, RwMode mode,
 		wait_cxt = AllocSetContextCreate(TopMemoryContext, "rwlock wait",
 										 ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(wait_cxt);
+	rw_waiters_take_back();
 	rw_copy_keys(keys, &wait_state.keys, wait_cxt);
 	if (mode == RW_WRITE)
 	{
@@ -168,10 +173,13 @@ wait_unsubscribe(void)
 static void
 wait_end(bool withdraw)
 {
+	const char *left_key;
+	bool		left_intent = false;
+
 	if (!wait_state.active)
 		return;
 	wait_state.active = false;
-	rw_deadlock_wait_end(!withdraw);
+	left_key = rw_deadlock_wait_end(!withdraw);
 	if (wait_state.subscribed)
 		wait_unsubscribe();
 	if (withdraw && wait_state.intent)
@@ -179,7 +187,19 @@ wait_end(bool withdraw)
 		rw_release_later(wait_state.node, wait_state.name, &wait_state.keys,
 						 RW_KEEP_ALL, 0);
 		rw_release_flush();
+		left_intent = !rw_release_went_out(wait_state.node, wait_state.name);
 	}
+
+	/*
+	 * A wait cut off in a stall (its connection closed) leaves its wait key
+	 * and its intent or mark in Redis. The session owes their withdrawal
+	 * (the intent's is an owed release, sent at its next call), but while
+	 * it stays idle, walkers of other servers would take them for a live
+	 * wait: a false 40P01. The keeper withdraws them on its behalf.
+	 */
+	if (withdraw && (left_key != NULL || left_intent))
+		rw_waiters_leave_behind(wait_state.node->ep.url,
+								left_key != NULL ? left_key : "", left_intent);
 }
 
 /* For the abort callbacks: an error ended the wait. */

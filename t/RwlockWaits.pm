@@ -2,7 +2,8 @@
 # sessions holding _xact write locks, waiting for a set of sessions'
 # requests to end (ending each transaction at once, so that a victim's
 # abort lets the next one on), and pgbench runs of a lock script on
-# several servers at once.
+# several servers at once; and a fault struck in a child process, so that
+# the sessions' ends are seen while it lasts.
 package RwlockWaits;
 
 use strict;
@@ -14,8 +15,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use RwlockTest;
 use Time::HiRes qw(time sleep);
+use POSIX ();
 
-our @EXPORT = qw(holding finish_all pgbench_each);
+our @EXPORT = qw(holding finish_all pgbench_each in_background background_done);
 
 # A session of $node in a transaction that holds the write lock $name
 # (_xact: a deadlock victim's abort frees it, as in PostgreSQL).
@@ -85,6 +87,40 @@ sub pgbench_each
 		  or diag "$r->{out}\n$r->{err}";
 		is($r->{err} =~ /ERROR|aborted/ ? $r->{err} : '', '', "$what with no error");
 	}
+}
+
+# Run $code in a child process (a fault that takes a while: the test goes
+# on meanwhile, e.g. into finish_all). Its return value, a number, is
+# written to a file that background_done reads. The child leaves by
+# POSIX::_exit: no END block of the parent's runs there (they stop servers).
+sub in_background
+{
+	my ($code) = @_;
+	my $file = "$PostgreSQL::Test::Utils::tmp_check/background.$$." . int(rand(1e9));
+	my $pid = fork() // die "fork: $!";
+	if ($pid == 0)
+	{
+		my $v = eval { $code->() };
+		if (open(my $fh, '>', $file))
+		{
+			print $fh (defined $v ? $v : 'error: ' . ($@ || 'undef'));
+			close $fh;
+		}
+		POSIX::_exit(0);
+	}
+	return [ $pid, $file ];
+}
+
+# Wait for a child of in_background; returns what its code returned.
+sub background_done
+{
+	my ($bg) = @_;
+	waitpid($bg->[0], 0);
+	open(my $fh, '<', $bg->[1]) or return undef;
+	my $v = <$fh>;
+	close $fh;
+	unlink $bg->[1];
+	return $v;
 }
 
 1;

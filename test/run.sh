@@ -87,7 +87,9 @@ pg_virtualenv -t -o shared_preload_libraries=rwlock /usr/bin/python3 test/random
 # The waits, deadlock and statistics tests as docs/connecting.md's ACL user
 # (t/RwlockTest.pm), the others as Redis's default user.
 acl_tap="t/031_lock_waits.pl t/032_deadlock_servers.pl t/033_deadlock_clients.pl
-  t/034_stats_and_losses.pl t/037_deadlock_node.pl t/038_deadlock_quorum.pl"
+  t/034_stats_and_losses.pl t/037_deadlock_node.pl t/038_deadlock_quorum.pl
+  t/052_deadlock_cluster_failover.pl t/053_deadlock_cluster_migration.pl
+  t/054_deadlock_quorum_member_down.pl t/055_deadlock_cutoff_leftovers.pl"
 mapfile -t other_tap < <(ls t/*.pl | grep -vxF -f <(tr -s ' \n' '\n' <<<"$acl_tap"))
 bash test/tap.sh "${other_tap[@]}" || status=1
 # shellcheck disable=SC2086

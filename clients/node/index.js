@@ -29,7 +29,7 @@ const MIN_CALL_MS = 1000;
 // its intent and wait key; past that it goes on unawaited, on the same
 // connection after any call still in flight (owed if it fails).
 const CLEANUP_MS = 200;
-const SCRIPTS = ['acquire', 'release', 'renew', 'info', 'waits', 'mark'];
+const SCRIPTS = ['acquire', 'release', 'renew', 'info', 'waits', 'mark', 'checkin'];
 const WALK_OWNERS = 64; // owners a deadlock walk visits at most (docs/protocol.md 18)
 const WALK_DEPTH = 32; // the longest cycle it looks for
 // acquire.lua ARGV[8]: what the caller already holds of the name.
@@ -1123,7 +1123,10 @@ class Lock extends EventEmitter {
           else if (t >= checkAt) {
             const ttl = Math.max(3 * L.deadlockTimeout, 2 * INTENT_MS);
             published = true;
-            const old = await bounded(L.redis.set(waitKey, waitValue, 'PX', Math.round(ttl), 'GET'));
+            // checkin.lua, not SET ... GET: EVAL is all the documented ACL
+            // user needs for it, and Redis 6.2's GET option is not needed.
+            const old = await bounded(L._eval('checkin', [waitKey],
+              [PROTOCOL_VERSION, waitValue, String(Math.round(ttl))]));
             const head = `!${waitValue}\n`;
             let cycle = old != null && String(old).startsWith(head) ? String(old).slice(head.length) : null;
             if (cycle === null && walk) {

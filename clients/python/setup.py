@@ -10,7 +10,7 @@ from setuptools.command.build_py import build_py
 from setuptools.command.sdist import sdist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ("acquire", "release", "renew", "info", "fence", "waits", "mark")
+SCRIPTS = ("acquire", "release", "renew", "info", "fence", "waits", "mark", "checkin")
 REPO_LUA = os.path.join(HERE, "..", "..", "lua")
 PKG_LUA = os.path.join("rwlock_client", "lua")
 

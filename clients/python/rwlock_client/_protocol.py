@@ -21,8 +21,9 @@ INTENT_MS = 2000          # lease of a waiting caller's mark (as the SQL side)
 KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
 NAME_MAX = 1024           # bytes: the longest name the SQL side accepts
 POLL_S = 0.05             # sleep between tries when subscribing failed
-# fence: quorum mode; waits, mark: deadlock detection (docs/protocol.md 18)
-SCRIPTS = ("acquire", "release", "renew", "info", "fence", "waits", "mark")
+# fence: quorum mode; waits, mark, checkin: deadlock detection (docs/protocol.md 18)
+SCRIPTS = ("acquire", "release", "renew", "info", "fence", "waits", "mark",
+           "checkin")
 
 # acquire.lua ARGV[8]: what the caller already holds of the name.
 HOLDS_READ = "r"          # its read lock: this acquisition is an upgrade
@@ -509,8 +510,8 @@ class Sleep:
 
 
 class CheckIn:
-    """Say in Redis what this waiter waits for (SET <wait key> <value> PX
-    ttl_ms GET); result: the cycle if a deadlock's finder marked this wait
+    """Say in Redis what this waiter waits for (checkin.lua: the wait key's
+    value for ttl_ms, its old value read in the same call); result: the cycle if a deadlock's finder marked this wait
     as its victim, else None."""
 
     def __init__(self, nonce: str, ttl_ms: int) -> None:

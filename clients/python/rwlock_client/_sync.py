@@ -710,8 +710,10 @@ class Lock(LockState):
                 cycle = None
                 for owner, value in p.wait_values(self.owner, aliases(), mode, s.nonce,
                                                   c._keys(self.name)[0]).items():
-                    old = c.redis.set(p.wait_key(c.prefix, owner), value,
-                                      px=s.ttl_ms, get=True)
+                    # checkin.lua, not SET ... GET: EVAL is all the
+                    # documented ACL user needs (and no Redis 6.2 option).
+                    wk = p.wait_key(c.prefix, owner)
+                    old = c._io(Run("checkin", wk, [PROTOCOL_VERSION, value, s.ttl_ms], [wk]))
                     cycle = cycle or p.marked_cycle(old, value)
                 return cycle
             if isinstance(s, p.Get):            # the walk (docs/protocol.md 18)

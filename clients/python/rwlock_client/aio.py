@@ -302,8 +302,10 @@ class AsyncLock(LockState):
                 cycle = None
                 for owner, value in p.wait_values(self.owner, aliases(), mode, s.nonce,
                                                   c._keys(self.name)[0]).items():
-                    old = await c.redis.set(p.wait_key(c.prefix, owner), value,
-                                            px=s.ttl_ms, get=True)
+                    # checkin.lua, not SET ... GET (as the sync client)
+                    wk = p.wait_key(c.prefix, owner)
+                    old = await c._io(Run("checkin", wk,
+                                          [p.PROTOCOL_VERSION, value, s.ttl_ms], [wk]))
                     cycle = cycle or p.marked_cycle(old, value)
                 return cycle
             if isinstance(s, p.DropWait):

@@ -30,8 +30,10 @@ rw_error_set(RwError *err, RwErrKind kind, const char *fmt,...)
 
 /*
  * Whether Redis refused a command for want of a permission: NOPERM, or
- * what Redis 7.0 answers for a command a script ran ("The user executing
- * the script can't ...").
+ * what the server answers for a command a script ran: Redis 7.0 "The user
+ * executing the script can't ...", Valkey 8 (and Redis 7.2's wording) "ACL
+ * failure in script: ...".  Anything else is taken for a fault that passes,
+ * and the wait would retry it until its timeout.
  */
 static bool
 conn_is_noperm(const RwError *err)
@@ -39,7 +41,8 @@ conn_is_noperm(const RwError *err)
 	return err->kind == RW_ERR_NOPERM ||
 		(err->kind == RW_ERR_REPLY &&
 		 (strncmp(err->msg, "NOPERM", 6) == 0 ||
-		  strstr(err->msg, "The user executing the script can't") != NULL));
+		  strstr(err->msg, "The user executing the script can't") != NULL ||
+		  strstr(err->msg, "ACL failure in script: ") != NULL));
 }
 
 /*

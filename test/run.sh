@@ -25,7 +25,7 @@
 # servers on 6382-6389, its own clusters, and pgbouncer in t/011), the
 # waits, deadlock and statistics TAP tests as docs/connecting.md's ACL user
 # (RWLOCK_TEST_ACL=1), the server matrix's Valkey pass (test/valkey.sh, its
-# own namespace), the
+# own namespace; its TAP tests beside Redis's), the
 # pg_regress and isolation suites again with rwlock built with ASan and UBSan
 # (verify/memcheck.sh: its own namespace, Redis and server), and the URL and
 # password-file parsers fuzzed (verify/fuzz.sh, FUZZ_SECONDS each, default 60).
@@ -91,12 +91,24 @@ acl_tap="t/031_lock_waits.pl t/032_deadlock_servers.pl t/033_deadlock_clients.pl
   t/052_deadlock_cluster_failover.pl t/053_deadlock_cluster_migration.pl
   t/054_deadlock_quorum_member_down.pl t/055_deadlock_cutoff_leftovers.pl"
 mapfile -t other_tap < <(ls t/*.pl | grep -vxF -f <(tr -s ' \n' '\n' <<<"$acl_tap"))
+# The server matrix's Valkey TAP pass (every t/*.pl on valkey-server, the
+# same ones as the ACL user) beside Redis's: about 15 min each, mostly
+# waiting, so side by side in a namespace of its own; its output goes to a
+# log shown once both are done.
+RWLOCK_TAP_ACL=$acl_tap bash tools/isolated.sh bash test/valkey.sh --tap \
+  >"$DIR/valkey-tap.log" 2>&1 &
+valkey_tap=$!
 bash test/tap.sh "${other_tap[@]}" || status=1
 # shellcheck disable=SC2086
 RWLOCK_TEST_ACL=1 bash test/tap.sh $acl_tap || status=1
-# The server matrix: the suites that depend on the server again on Valkey 8
-# (test/valkey.sh says which; about 9 min).
-bash tools/isolated.sh bash test/valkey.sh || status=1
+valkey_status=0
+wait $valkey_tap || valkey_status=1
+echo "=== the Valkey TAP pass (test/valkey.sh --tap, beside the TAP run above):"
+cat "$DIR/valkey-tap.log"
+[ $valkey_status = 0 ] || { status=1; echo "=== the Valkey TAP pass FAILED"; }
+# The rest of the server matrix: the other suites that depend on the server
+# again on Valkey 8 (test/valkey.sh says which; about 9 min).
+bash tools/isolated.sh bash test/valkey.sh --no-tap || status=1
 bash verify/memcheck.sh || status=1
 FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash verify/fuzz.sh || status=1
 exit $status

@@ -27,24 +27,11 @@ my $node = new_node('cdl', port => $c->{ports}[0], preload => 1, lease => '10s',
 	  . "rwlock.key_prefix = '$prefix'\nrwlock.command_timeout = '1s'\n");
 END { kill 'CONT', redis_pid($_) for @{ $c->{ports} }; }
 
-# Two sessions whose wait keys are on the same master: a session's owner id
-# is fixed at its first call (a lock taken and let go tells it).
-sub wait_key_master
-{
-	my ($s) = @_;
-	sq($s, "SELECT redis_wlock('warmup') > 0");
-	sq($s, "SELECT redis_unlock('warmup')");
-	my $owner = session_owner($s);
-	(my $enc = $owner) =~ s/%/%25/g;
-	$enc =~ s/\{/%7B/g;
-	$enc =~ s/\}/%7D/g;
-	return cluster_key_node($c, "$prefix:wait:{$enc}");
-}
 my (%on, $a, $b, $stalled);
 for (1 .. 20)
 {
 	my $s = session($node);
-	my $m = wait_key_master($s);
+	my $m = (cluster_wait_key($c, $prefix, $s))[0];
 	if ($on{$m})
 	{
 		($a, $b, $stalled) = ($on{$m}, $s, $m);

@@ -29,19 +29,6 @@ my $conf = "rwlock.redis_url = '$url'\ndeadlock_timeout = '500ms'\n"
 my @nodes = map { new_node($_, port => $c->{ports}[0], preload => 1, lease => '10s', conf => $conf) }
   qw(cfo1 cfo2);
 
-# The master that holds a session's wait key now (its owner id is fixed at
-# its first call: a lock taken and let go tells it).
-sub wait_key_master
-{
-	my ($s) = @_;
-	sq($s, "SELECT redis_wlock('warmup') > 0");
-	sq($s, "SELECT redis_unlock('warmup')");
-	my $owner = session_owner($s);
-	(my $enc = $owner) =~ s/%/%25/g;
-	$enc =~ s/\{/%7B/g;
-	$enc =~ s/\}/%7D/g;
-	return (cluster_key_node($c, "$prefix:wait:{$enc}"), key_slot("$prefix:wait:{$enc}"));
-}
 
 # A 2-cycle between a session of each server; $fault->($master, $replica)
 # strikes the master of the first session's wait key as the first
@@ -52,7 +39,7 @@ sub cycle_case
 	my ($what, $fault) = @_;
 	my $a = session($nodes[0]);
 	my $b = session($nodes[1]);
-	my ($m, $slot) = wait_key_master($a);
+	my ($m, $slot) = cluster_wait_key($c, $prefix, $a);
 	my $replica = cluster_replica_of($c, $m);
 	ok(defined $replica, "$what: the wait key of session A is on master $m (slot $slot), replica "
 		  . ($replica // '?'));

@@ -30,23 +30,10 @@ my $conf = "rwlock.redis_url = '$url'\ndeadlock_timeout = '500ms'\n"
 my @nodes = map { new_node($_, port => $c->{ports}[0], preload => 1, lease => '10s', conf => $conf) }
   qw(cmig1 cmig2);
 
-# The master and slot of a session's wait key (its owner id is fixed at its
-# first call: a lock taken and let go tells it).
-sub wait_key_slot
-{
-	my ($s) = @_;
-	sq($s, "SELECT redis_wlock('warmup') > 0");
-	sq($s, "SELECT redis_unlock('warmup')");
-	my $owner = session_owner($s);
-	(my $enc = $owner) =~ s/%/%25/g;
-	$enc =~ s/\{/%7B/g;
-	$enc =~ s/\}/%7D/g;
-	return (cluster_key_node($c, "$prefix:wait:{$enc}"), key_slot("$prefix:wait:{$enc}"));
-}
 
 my $a = session($nodes[0]);
 my $b = session($nodes[1]);
-my ($src, $slot) = wait_key_slot($a);
+my ($src, $slot) = cluster_wait_key($c, $prefix, $a);
 my ($dst, $third) = grep { $_ != $src } cluster_masters($c);
 sq($_, "SET statement_timeout = '20s'") for ($a, $b);
 my ($x, $y) = cluster_names_on($c, $prefix, $third, 'mig', 2);

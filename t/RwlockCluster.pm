@@ -20,7 +20,8 @@ use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(cluster_start cluster_url cluster_masters cluster_ok
   cluster_slot_owner cluster_wait_ok cluster_key_node key_slot cluster_ranges
-  cluster_node_id cluster_names_on cluster_replica_of cluster_move_slot);
+  cluster_node_id cluster_names_on cluster_replica_of cluster_move_slot
+  cluster_wait_key);
 
 sub free_cluster_ports
 {
@@ -186,6 +187,23 @@ sub cluster_key_node
 {
 	my ($c, $key) = @_;
 	return cluster_slot_owner($c, key_slot($key));
+}
+
+# The master that serves a session's deadlock wait key now, and its slot
+# (docs/protocol.md section 18: <prefix>:wait:{<owner>}, the owner's
+# braces and % escaped). The session's owner id is fixed at its first call:
+# a lock taken and let go tells it.
+sub cluster_wait_key
+{
+	my ($c, $prefix, $s) = @_;
+	sq($s, "SELECT redis_wlock('warmup') > 0");
+	sq($s, "SELECT redis_unlock('warmup')");
+	my $owner = session_owner($s);
+	(my $enc = $owner) =~ s/%/%25/g;
+	$enc =~ s/\{/%7B/g;
+	$enc =~ s/\}/%7D/g;
+	my $key = "$prefix:wait:{$enc}";
+	return (cluster_key_node($c, $key), key_slot($key));
 }
 
 # A node's id (CLUSTER MYID).

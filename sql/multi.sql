@@ -225,15 +225,8 @@ SELECT cardinality(redis_wlock(array(SELECT 'm-un' || g FROM generate_series(1, 
 SELECT bool_and(r) AS all_released, count(*) AS n
   FROM unnest(redis_unlock(array(SELECT 'm-un' || g FROM generate_series(1, 40) g))) r;
 SELECT count(*) AS held FROM redis_held_locks;
--- a hold whose lease ran out (no keeper here): false, with the WARNING
--- redis_unlock(name) gives; the other name is let go
-SET rwlock.lease = '500ms';
-SELECT cardinality(redis_wlock(ARRAY['m-u8'])) AS n;
-SELECT pg_sleep(0.8);
-RESET rwlock.lease;
-SELECT redis_wlock('m-u9') > 0 AS holding;
-SELECT redis_unlock(ARRAY['m-u9', 'm-u8']) AS released;
-SELECT count(*) AS held FROM redis_held_locks;
+-- (a hold whose lease ran out among them: sql/preload.sql, which the
+-- keeper changes)
 -- NULL, empty, more than one dimension, a bad name or mode: errors that say
 -- so, and nothing let go
 SELECT redis_wlock('m-u10') > 0 AS holding;

@@ -39,6 +39,13 @@ COMMIT;
 SELECT redis_try_rlock('probe');             -- warned at COMMIT already
 SELECT redis_unlock('probe');
 SELECT count(*) FROM redis_held_locks;
+-- several names let go at once, one of them lost: false for it, with the
+-- WARNING redis_unlock(name) gives, the other let go (kept: both true)
+SELECT cardinality(redis_wlock(ARRAY['gone3'])) AS n;
+SELECT pg_sleep(0.8);
 RESET rwlock.lease;
+SELECT redis_wlock('kept') > 0 AS holding;
+SELECT redis_unlock(ARRAY['kept', 'gone3']) AS released;
+SELECT count(*) FROM redis_held_locks;
 
 DROP FUNCTION preload_st(text);

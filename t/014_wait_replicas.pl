@@ -110,6 +110,24 @@ my $attached = wait_until(
 	},
 	20);
 ok(defined $attached, 'the replicas are attached again before they are cut off');
+# A sentinel re-points a replica it sees replicating elsewhere
+# (+fix-slave-config), but only failover-timeout (4 s) after it first saw
+# it so. A sentinel whose last look found the replicas cut off (above)
+# would re-attach them at its next look, so soon after the cut below that
+# the lost grant reached them (seen under load). Each sentinel must have
+# seen them attached again first.
+my $seen = wait_until(
+	sub {
+		for my $s (@{ $set->{sentinels} })
+		{
+			my @l = split /\n/, redis_cli($s, 'SENTINEL', 'REPLICAS', 'rwmaster');
+			my @ports = map { $l[ $_ + 1 ] } grep { $l[$_] eq 'master-port' } 0 .. $#l - 1;
+			return 0 unless @ports == 2 && !grep { $_ ne $set->{master} } @ports;
+		}
+		return 1;
+	},
+	25);
+ok(defined $seen, 'every sentinel has seen them attached again');
 # lost0 was taken once before, so the replicas keep its last token: the
 # grant the failover loses counts up from it, and so would the new master's
 # next grant, but for the clock (a token is max(last + 1, TIME in µs)).

@@ -19,8 +19,9 @@
 # acquire.lua as the Python client writes it, so every walk meets a
 # foreign owner and is repeated): the Redis calls of deadlock detection per
 # waiter and per deadlock_timeout over BENCH_MANY_WINDOW seconds (default
-# 20) after a warm-up of 15 s. Everything is on loopback and stopped at
-# the end.
+# 20) after a warm-up of 15 s. BENCH_PRELOAD=0 runs it all without the
+# library in shared_preload_libraries. Everything is on loopback and
+# stopped at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -31,12 +32,16 @@ redis_start "$p" "$WORK"
 PORTS+=("$p")
 WAITERS=${BENCH_WAITERS:-200}
 WINDOW=${BENCH_MANY_WINDOW:-20}
-# Preloaded, as the keeper needs: the waiters' table in shared memory lets
-# a walk skip the writers queued with it (walk.c).
+# Preloaded, as the keeper needs, unless BENCH_PRELOAD=0: the library is
+# then loaded by each session's first call, with no waiters' table in
+# shared memory (waits.lua itself leaves out the writers queued ahead of a
+# walking writer, walk.c).
+PRELOAD="shared_preload_libraries = '$WORK/lib/rwlock.so'" PRELOADED=preloaded
+[ "${BENCH_PRELOAD:-1}" = 0 ] && PRELOAD= PRELOADED="not preloaded"
 bench_pg_start 5651 "rwlock.redis_url = 'redis://127.0.0.1:$p/0'
-shared_preload_libraries = '$WORK/lib/rwlock.so'
+$PRELOAD
 max_connections = $((WAITERS + 20))"
-log "== Redis on $p; waits of ${WAIT} s, deadlock_timeout 1 s against 1 h"
+log "== Redis on $p; waits of ${WAIT} s, deadlock_timeout 1 s against 1 h, $PRELOADED"
 
 # calls <monitor file>: the calls clients made (not those of scripts), as
 # "<command> <calls>" lines.

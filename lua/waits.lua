@@ -5,6 +5,13 @@
 -- ARGV[1]  protocol version ("3")
 -- ARGV[2]  the waiting owner
 -- ARGV[3]  "r" or "w": the mode it waits for
+-- ARGV[4]  optional, a walk's own owner: for a writer, the writers queued
+--          ahead of it are then left out, but for this one. Whatever blocks
+--          them blocks the writer too (the holders, the readers, the
+--          writers ahead of them, the readers' turn), so a walk reaches
+--          nothing through them that it does not reach without them; only
+--          the walker itself, queued ahead, closes a cycle there. This keeps
+--          a walk behind a long queue at one call, not one per writer.
 --
 -- Returns {live, blocker, blocker, ...}. live is 1 when the owner waits
 -- here now: its intent (a writer) or its mark (a reader) is live; else 0
@@ -14,7 +21,7 @@
 -- an upgrade, which goes first) and the waiting readers while they have
 -- their turn; for a reader, the first queued writer when no reader turn
 -- lets it in. Each owner once, holders first.
-local hash, queue, owner, mode = KEYS[1], KEYS[2], ARGV[2], ARGV[3]
+local hash, queue, owner, mode, walker = KEYS[1], KEYS[2], ARGV[2], ARGV[3], ARGV[4]
 local all = redis.call('HGETALL', hash)
 local f = {}
 for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
@@ -45,7 +52,7 @@ if mode == 'w' then
   if not live('r:' .. owner) then
     for _, w in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
       if w == owner then break end
-      if live('i:' .. w) then add(w) end
+      if (not walker or w == walker) and live('i:' .. w) then add(w) end
     end
   end
   if turn then

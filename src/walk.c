@@ -148,17 +148,23 @@ walk_get_wait(const char *owner, bool *gap)
 /*
  * waits.lua: whether `owner` waits for the lock `key` in `mode` now, and
  * whom it waits for; in quorum mode, what a majority of the members says.
- * -1 when Redis could not say; *gap set when some of it is undecided (a
- * liveness or an edge the members that did not answer could still make).
+ * With `walker` (a walk's own owner), a writer's blockers leave out the
+ * writers queued ahead of it but the walker (waits.lua ARGV[4]): whatever
+ * blocks them blocks it, so a walk loses no cycle, and a walk behind a long
+ * queue costs one call instead of a wait key read per writer ahead (without
+ * the waiters' table in shared memory, nothing else tells it they wait
+ * there). -1 when Redis could not say; *gap set when some of it is
+ * undecided (a liveness or an edge the members that did not answer could
+ * still make).
  */
 static int
-walk_blockers_of(const char *key, const char *owner, char mode, char ***out,
-				 int *nout, bool *gap)
+walk_blockers_of(const char *key, const char *owner, char mode,
+				 const char *walker, char ***out, int *nout, bool *gap)
 {
 	RwKeys		keys;
 	RwFan		f;
 	char		m[2] = {mode, '\0'};
-	const char *args[3] = {RW_PROTOCOL_VERSION, owner, m};
+	const char *args[4] = {RW_PROTOCOL_VERSION, owner, m, walker};
 	int			live = 0;
 	RwTally		t;
 
@@ -167,7 +173,8 @@ walk_blockers_of(const char *key, const char *owner, char mode, char ***out,
 	rw_tally_init(&t);
 	rw_fan_keys_of(key, &keys);
 	rw_fan_script(&f, walk_node, RW_SCRIPT_WAITS, RW_NKEYS,
-				  (const char *const *) keys.key, keys.len, 3, args);
+				  (const char *const *) keys.key, keys.len,
+				  walker != NULL ? 4 : 3, args);
 	for (int k = 0; k < f.n; k++)
 	{
 		redisReply *r = f.r[k];
@@ -220,7 +227,7 @@ rw_walk_blockers(RwNode *node, const char *key, const char *owner, char mode,
 	bool		gap = false;
 
 	walk_node = node;
-	return walk_blockers_of(key, owner, mode, out, nout, &gap) > 0;
+	return walk_blockers_of(key, owner, mode, NULL, out, nout, &gap) > 0;
 }
 
 
@@ -286,7 +293,8 @@ walk_search(Walk *w)
 	int			n;
 	int			live;
 
-	live = walk_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n, &w->gap);
+	live = walk_blockers_of(hop->key, hop->as, hop->mode, rw_owner_id(),
+							&blockers, &n, &w->gap);
 	if (live == 0)
 	{
 		/*
@@ -327,15 +335,15 @@ walk_search(Walk *w)
 		if (strncmp(b, "pg:", 3) != 0)
 			w->foreign = true;
 		/*
-		 * A writer queued on the lock this hop's writer waits for: whatever
-		 * blocks it blocks this hop too (waits.lua: the writer holding, the
-		 * readers, the writers ahead of it, the readers in their turn), and
-		 * this hop does not block it (it is behind, and no reader), so
-		 * nothing is reached through it that this hop's other blockers do
-		 * not reach. Skipped: known from shared memory for a session of
-		 * this server (no call at all), else from its wait key (no
-		 * waits.lua). This keeps a walk from a long queue of writers at a
-		 * few calls instead of two per writer ahead.
+		 * A writer waiting for the lock this hop's writer waits for:
+		 * whatever blocks it blocks this hop too (waits.lua: the writer
+		 * holding, the readers, the writers ahead of it, the readers in
+		 * their turn), so nothing is reached through it that this hop's
+		 * other blockers do not reach. Those queued ahead waits.lua leaves
+		 * out itself (walk_blockers_of); one that is also a reader (an
+		 * upgrade) is skipped here: known from shared memory for a session
+		 * of this server (no call at all), else from its wait key (no
+		 * waits.lua).
 		 */
 		if (hop->mode == 'w' && rw_waiters_local_mode(b, hop->key) == 'w')
 			continue;
@@ -395,8 +403,8 @@ walk_recheck(Walk *w)
 				!rw_waiters_waits(hop->owner, hop->key))
 				return false;
 		}
-		if (walk_blockers_of(hop->key, hop->as, hop->mode, &blockers, &n,
-						   &w->gap) <= 0)
+		if (walk_blockers_of(hop->key, hop->as, hop->mode, rw_owner_id(),
+							 &blockers, &n, &w->gap) <= 0)
 		{
 			w->gap = true;		/* as in walk_search: not "no edge" yet */
 			return false;

@@ -816,9 +816,11 @@ class Locks {
   // A failed call is no edge: the walk just finds less.
 
   /** waits.lua: whom `owner` waits for in the lock `key` (hash key) in
-   *  `mode`; [] when it does not wait there now, or Redis could not say. */
-  async _blockers(key, owner, mode) {
-    const r = await this._eval('waits', [key, `${key}:q`], [PROTOCOL_VERSION, owner, mode])
+   *  `mode`; [] when it does not wait there now, or Redis could not say.
+   *  The writers queued ahead of a writer are left out but the walker `me`
+   *  (waits.lua ARGV[4]): whatever blocks them blocks it. */
+  async _blockers(key, owner, mode, me) {
+    const r = await this._eval('waits', [key, `${key}:q`], [PROTOCOL_VERSION, owner, mode, me])
       .catch(() => null);
     return Array.isArray(r) && Number(r[0]) === 1 ? r.slice(1).map(String) : [];
   }
@@ -845,7 +847,7 @@ class Locks {
     let foreign = false;
     const search = async () => {
       const hop = path[path.length - 1];
-      for (const b of await this._blockers(hop.key, hop.as, hop.mode)) {
+      for (const b of await this._blockers(hop.key, hop.as, hop.mode, me)) {
         if (b === me) return true;
         if (visited.has(b) || visited.size === WALK_OWNERS) continue;
         visited.add(b);
@@ -877,11 +879,12 @@ class Locks {
   /** Every edge of a cycle found once more: each wait key unchanged (but
    *  ours), each blocker still among its waiter's blockers. */
   async _recheck(path) {
+    const me = path[0].as; // the walker, whose intent is in its lock
     for (let i = 0; i < path.length; i++) {
       const hop = path[i];
       if (i > 0 && (await this._waitOf(hop.owner)) !== hop.value) return false;
       const next = path[(i + 1) % path.length].owner;
-      if (!(await this._blockers(hop.key, hop.as, hop.mode)).includes(next)) return false;
+      if (!(await this._blockers(hop.key, hop.as, hop.mode, me)).includes(next)) return false;
     }
     return true;
   }

@@ -739,10 +739,12 @@ def walk_plan(prefix: str, owner: str, mode: str, nonce: str, hash_key: str,
 
     def blockers_of(hop: Hop) -> Generator[Step, object, Tuple[int, List[str]]]:
         """waits.lua: (live, blockers) of hop's wait; live -1 when Redis
-        could not say."""
+        could not say. A writer's writers queued ahead are left out but
+        this waiter (ARGV[4]; only `owner` waits in a queue, its aliases
+        through it): whatever blocks them blocks the writer."""
         try:
             reply = yield Script("waits", [hop.key, hop.key + ":q"],
-                                 [PROTOCOL_VERSION, hop.as_, hop.mode])
+                                 [PROTOCOL_VERSION, hop.as_, hop.mode, owner])
             live = int(reply[0])        # type: ignore[index]
             blockers = [text(b) for b in reply[1:]  # type: ignore[index]
                         if isinstance(b, (bytes, str))]

@@ -283,6 +283,38 @@ run release $V t2 '' 0 600000 >/dev/null
 run acquire $V t3 r 30000 0 600000 >/dev/null
 check "  and in the general path (an upgrade)" "yes" "$(t=$(run acquire $V t3 w 30000 0 600000 r); [ "$t" -gt "$tc" ] && echo yes || echo "no $t")"
 run release $V t3 '' 0 600000 >/dev/null
+# A token from the clock is written as TIME's seconds and its µs padded to
+# six digits (no number formatting): the field must hold the very number
+# answered, also when the µs have fewer than six digits (the first 100 ms of
+# every second). Rounds of grants, in the fast path and in the general one
+# (an upgrade), until each path has granted such a token (2.5 s at most).
+tokens_exact() {
+  local acq rel n o round=0 fast=0 general=0 bad=""
+  acq=$("$REDIS_CLI" -p "$PORT" script load "$(cat lua/acquire.lua)")
+  rel=$("$REDIS_CLI" -p "$PORT" script load "$(cat lua/release.lua)")
+  while [ $((fast * general)) = 0 ] && [ $round -lt 250 ] && [ -z "$bad" ]; do
+    round=$((round + 1))
+    read -r n <"$DIR/seq"
+    for o in $(seq 10); do
+      echo "EVALSHA $acq 2 $K $V x1 $((n + 1)) w 30000 0 600000 -"; echo "HGET rw:{a} f"
+      echo "EVALSHA $rel 2 $K $V x1 $((n + 2)) '' 0 600000"
+      echo "EVALSHA $acq 2 $K $V x2 $((n + 3)) r 30000 0 600000 -"
+      echo "EVALSHA $acq 2 $K $V x2 $((n + 4)) w 30000 0 600000 r"; echo "HGET rw:{a} f"
+      echo "EVALSHA $rel 2 $K $V x2 $((n + 5)) '' 0 600000"
+      n=$((n + 5))
+    done >"$DIR/pipe"
+    echo "$n" >"$DIR/seq"
+    while read -r a f _ _ b g _; do
+      [ "$a" = "$f" ] && [ "$b" = "$g" ] || bad="$bad $a/$f $b/$g"
+      [ $((10#${a: -6})) -lt 100000 ] && fast=1
+      [ $((10#${b: -6})) -lt 100000 ] && general=1
+    done < <("$REDIS_CLI" -p "$PORT" <"$DIR/pipe" | paste -d' ' - - - - - - -)
+    sleep 0.01
+  done
+  echo "fast $fast general $general${bad:+ differ:$bad}"
+}
+"$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
+check "a token from the clock is stored exactly (µs of any length)" "fast 1 general 1" "$(tokens_exact)"
 
 # ARGV[7]: what the caller holds. A reader field of its own that Redis still
 # has after the caller let go of it (a release a failover lost) is dropped

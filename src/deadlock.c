@@ -70,6 +70,10 @@
 #define DL_RETRY_MIN_MS	50		/* the first pause before an incomplete
 								 * check is repeated; doubled up to
 								 * deadlock_timeout */
+#define DL_CONFIRM_MS	100		/* the longest pause while a cycle found
+								 * awaits its members' signs of life: a
+								 * live one shows it within RW_INTENT_MS /
+								 * 2, at once when woken */
 #define DL_FOREIGN_MAX	64		/* a walk that met foreign owners and
 								 * found nothing new is repeated after
 								 * up to this many deadlock_timeouts */
@@ -503,6 +507,9 @@ dl_check(int64 now)
 	{
 		dl.retry_ms = dl.retry_ms == 0 ? DL_RETRY_MIN_MS : dl.retry_ms * 2;
 		dl.retry_ms = Min(dl.retry_ms, DeadlockTimeout);
+		/* A cycle found awaits its members' signs of life (walk.c): soon. */
+		if (dl.walk_gap && rw_walk_confirming())
+			dl.retry_ms = Min(dl.retry_ms, DL_CONFIRM_MS);
 		dl.next_ms = Min(dl.next_ms, now + dl.retry_ms);
 	}
 	else

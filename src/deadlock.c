@@ -29,8 +29,12 @@
  * must also wait there by its row in shared memory); and so on, hop by
  * hop, each lock asked on the node that serves it, every owner once. A
  * path back to the waiter is a cycle. It is walked once more, edge by
- * edge; if every edge still holds, the victim is the member with the
- * greatest owner id, the same whoever found the cycle: the finder fails
+ * edge; if every edge still holds, and every other member that shared
+ * memory does not show waiting has shown a fresh sign of life (renewed its
+ * intent or mark since the cycle was found, walk.c: a wait cut off in a
+ * stall leaves them looking live, and renews nothing; the check is
+ * repeated within DL_CONFIRM_MS meanwhile), the victim is the member with
+ * the greatest owner id, the same whoever found the cycle: the finder fails
  * itself with 40P01 if it is the victim, else marks the victim's key. A
  * marked victim walks again itself before it fails (the cycle may have
  * broken meanwhile).

@@ -16,8 +16,10 @@
  * could be written) leaves its wait key and its intent or mark in Redis;
  * its entry then keeps them as a leftover, which the keeper withdraws on
  * the session's behalf (keeper.c), owed like a release: an idle session
- * makes no call that would send it, and until then walkers of other
- * servers would see a live wait (a false 40P01).
+ * makes no call that would send it. Until then a walk does not take them
+ * for a live wait: a cycle is acted on only once each member that no row
+ * here shows waiting (rw_waiters_confirms) renewed its intent or mark
+ * (walk.c), which a leftover never does.
  *
  *-------------------------------------------------------------------------
  */

@@ -11,9 +11,9 @@
  * writers queued ahead); the wait key of each (read with checkin.lua)
  * says what that one waits for, and waits.lua there checks that it really
  * does: its intent or mark is live, and a session of this server must
- * also wait there by its row in shared memory (waiters.c), as a wait cut
- * off in a stall can leave its key and intent behind for their short
- * leases. Every owner is visited once, whatever their number: a lock read
+ * also wait there by its row in shared memory (waiters.c, with the
+ * library preloaded), as a wait cut off in a stall can leave its key and
+ * intent behind for their short leases. Every owner is visited once, whatever their number: a lock read
  * by many idle owners does not hide a cycle behind them.
  *
  * A walk reports a gap whenever something could not be said: a call that
@@ -25,7 +25,11 @@
  * caller does the walk again later; a gap is never "no cycle". The
  * session's leases are renewed between hops when due.
  *
- * A cycle's victim is its member with the greatest owner id, the same
+ * A cycle found is checked edge by edge once more, and then every other
+ * member that shared memory does not show waiting must show a fresh sign
+ * of life (its intent or mark renewed, walk_alive), which a wait cut off
+ * in a stall never shows; until then the check is incomplete. Then the
+ * cycle's victim is its member with the greatest owner id, the same
  * whoever finds it; if that is another waiter, its key is marked
  * (mark.lua) and it walks again itself before it fails.
  *

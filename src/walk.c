@@ -489,7 +489,7 @@ walk_ends_of(const WalkHop *hop, bool wake, int64 *ends)
 		const char *get[3] = {"HGET", hop->key, field};
 		const char *pub[3] = {"PUBLISH", channel, hop->mode == 'w' ? "w" : "r"};
 		redisReply *r[3];
-		int			nr = 0;
+		int			nr;
 		int			at;
 		RwError		err;
 
@@ -500,11 +500,15 @@ walk_ends_of(const WalkHop *hop, bool wake, int64 *ends)
 			continue;
 		}
 		if (conn->asking)
-			rw_append(conn, 1, ask, NULL, NULL), nr++;
-		at = nr;
-		rw_append(conn, 3, get, NULL, NULL), nr++;
+			rw_append(conn, 1, ask, NULL, NULL);
+		at = conn->asking ? 1 : 0;
+		rw_append(conn, 3, get, NULL, NULL);
+		nr = at + 1;
 		if (wake)
-			rw_append(conn, 3, pub, NULL, NULL), nr++;
+		{
+			rw_append(conn, 3, pub, NULL, NULL);
+			nr++;
+		}
 		if (!rw_exchange(conn, nr, r, &err))
 		{
 			rw_fan_failed(walk_node, conn, member[k], &err);

@@ -29,8 +29,12 @@
  * must also wait there by its row in shared memory); and so on, hop by
  * hop, each lock asked on the node that serves it, every owner once. A
  * path back to the waiter is a cycle. It is walked once more, edge by
- * edge; if every edge still holds, the victim is the member with the
- * greatest owner id, the same whoever found the cycle: the finder fails
+ * edge; if every edge still holds, and every other member that shared
+ * memory does not show waiting has shown a fresh sign of life (renewed its
+ * intent or mark since the cycle was found, walk.c: a wait cut off in a
+ * stall leaves them looking live, and renews nothing; the check is
+ * repeated within DL_CONFIRM_MS meanwhile), the victim is the member with
+ * the greatest owner id, the same whoever found the cycle: the finder fails
  * itself with 40P01 if it is the victim, else marks the victim's key. A
  * marked victim walks again itself before it fails (the cycle may have
  * broken meanwhile).
@@ -70,6 +74,10 @@
 #define DL_RETRY_MIN_MS	50		/* the first pause before an incomplete
 								 * check is repeated; doubled up to
 								 * deadlock_timeout */
+#define DL_CONFIRM_MS	100		/* the longest pause while a cycle found
+								 * awaits its members' signs of life: a
+								 * live one shows it within RW_INTENT_MS /
+								 * 2, at once when woken */
 #define DL_FOREIGN_MAX	64		/* a walk that met foreign owners and
 								 * found nothing new is repeated after
 								 * up to this many deadlock_timeouts */
@@ -503,6 +511,9 @@ dl_check(int64 now)
 	{
 		dl.retry_ms = dl.retry_ms == 0 ? DL_RETRY_MIN_MS : dl.retry_ms * 2;
 		dl.retry_ms = Min(dl.retry_ms, DeadlockTimeout);
+		/* A cycle found awaits its members' signs of life (walk.c): soon. */
+		if (dl.walk_gap && rw_walk_confirming())
+			dl.retry_ms = Min(dl.retry_ms, DL_CONFIRM_MS);
 		dl.next_ms = Min(dl.next_ms, now + dl.retry_ms);
 	}
 	else

@@ -934,6 +934,7 @@ extern void rw_waiters_publish(RwMode mode, RwLevel level, TimestampTz since,
 							   const char *key, const char *name);
 extern void rw_waiters_unpublish(void);
 extern bool rw_waiters_waits(const char *owner, const char *key);
+extern bool rw_waiters_confirms(const char *owner, const char *key);
 extern char rw_waiters_local_mode(const char *owner, const char *key);
 extern bool rw_waiters_find(int pid, char **key, char **owner, char *mode);
 extern void rw_waiters_leave_behind(const char *url, const char *wait_key,
@@ -978,6 +979,7 @@ typedef struct RwWalkFrom
 extern RwWalkResult rw_walk(const RwWalkFrom *from, uint32 *seen,
 							bool *foreign, char **cycle, char ***first,
 							int *nfirst);
+extern bool rw_walk_confirming(void);
 extern char *rw_wait_key_of(const char *owner);
 extern bool rw_walk_blockers(RwNode *node, const char *key,
 							 const char *owner, char mode, char ***out,

@@ -9,14 +9,17 @@
  * With the library preloaded: one entry per backend (by pgprocno), the
  * lock it waits for, written by deadlock.c at the start and the end of a
  * wait only. Without it there is no table: no waiter rows, and the walk
- * trusts Redis alone.
+ * asks Redis alone, where a member of a cycle must show a fresh sign of
+ * life before the cycle is acted on (walk.c).
  *
  * A wait cut off in a stall (its connection closed before its withdrawal
  * could be written) leaves its wait key and its intent or mark in Redis;
  * its entry then keeps them as a leftover, which the keeper withdraws on
  * the session's behalf (keeper.c), owed like a release: an idle session
- * makes no call that would send it, and until then walkers of other
- * servers would see a live wait (a false 40P01).
+ * makes no call that would send it. Until then a walk does not take them
+ * for a live wait: a cycle is acted on only once each member that no row
+ * here shows waiting (rw_waiters_confirms) renewed its intent or mark
+ * (walk.c), which a leftover never does.
  *
  *-------------------------------------------------------------------------
  */
@@ -330,6 +333,21 @@ rw_waiters_waits(const char *owner, const char *key)
 	}
 	LWLockRelease(dl_shared->lock);
 	return found;
+}
+
+/*
+ * Whether shared memory shows that a session of this server waits for
+ * `key` now (its row is in use): a sign of life, which Redis alone cannot
+ * give for a wait (a wait cut off in a stall leaves its key and intent
+ * looking live). False for an owner of elsewhere, or with no table (the
+ * library not preloaded): the walk then asks for a fresh sign of life in
+ * Redis (walk.c).
+ */
+bool
+rw_waiters_confirms(const char *owner, const char *key)
+{
+	return dl_shared != NULL && rw_owner_local_pid(owner) > 0 &&
+		rw_waiters_waits(owner, key);
 }
 
 /*

@@ -23,8 +23,9 @@
  * the answer. With no connection left (a call cut off in a stall), it is
  * owed (release.c), and since an idle session makes no call that would
  * send it, the keeper withdraws it, and the wait key, on the session's
- * behalf (waiters.c): until then another server's walk would take them for
- * a live wait.
+ * behalf (waiters.c) when the library is preloaded; else they stay to their
+ * leases. A walk does not take them for a live wait meanwhile: it asks each
+ * member of a cycle for a fresh sign of life, a renewal (walk.c).
  *
  * An upgrade whose read lock Redis no longer has (RW_READ_LOST) marks the
  * hold lost at once, with a WARNING kept for the end of the call, and goes
@@ -193,9 +194,10 @@ wait_end(bool withdraw)
 	/*
 	 * A wait cut off in a stall (its connection closed) leaves its wait key
 	 * and its intent or mark in Redis. The session owes their withdrawal
-	 * (the intent's is an owed release, sent at its next call), but while
-	 * it stays idle, walkers of other servers would take them for a live
-	 * wait: a false 40P01. The keeper withdraws them on its behalf.
+	 * (the intent's is an owed release, sent at its next call), but it may
+	 * stay idle: the keeper withdraws them on its behalf (with the library
+	 * preloaded; walkers meanwhile wait for a sign of life that a leftover
+	 * never shows, walk.c).
 	 */
 	if (withdraw && (left_key != NULL || left_intent))
 		rw_waiters_leave_behind(wait_state.node->ep.url,

@@ -11,9 +11,9 @@
  * writers queued ahead); the wait key of each (read with checkin.lua)
  * says what that one waits for, and waits.lua there checks that it really
  * does: its intent or mark is live, and a session of this server must
- * also wait there by its row in shared memory (waiters.c), as a wait cut
- * off in a stall can leave its key and intent behind for their short
- * leases. Every owner is visited once, whatever their number: a lock read
+ * also wait there by its row in shared memory (waiters.c, with the
+ * library preloaded), as a wait cut off in a stall can leave its key and
+ * intent behind for their short leases. Every owner is visited once, whatever their number: a lock read
  * by many idle owners does not hide a cycle behind them.
  *
  * A walk reports a gap whenever something could not be said: a call that
@@ -25,7 +25,11 @@
  * caller does the walk again later; a gap is never "no cycle". The
  * session's leases are renewed between hops when due.
  *
- * A cycle's victim is its member with the greatest owner id, the same
+ * A cycle found is checked edge by edge once more, and then every other
+ * member that shared memory does not show waiting must show a fresh sign
+ * of life (its intent or mark renewed, walk_alive), which a wait cut off
+ * in a stall never shows; until then the check is incomplete. Then the
+ * cycle's victim is its member with the greatest owner id, the same
  * whoever finds it; if that is another waiter, its key is marked
  * (mark.lua) and it walks again itself before it fails.
  *
@@ -34,6 +38,7 @@
 #include "rwlock.h"
 
 #include "lib/stringinfo.h"
+#include "utils/memutils.h"
 
 #define WALK_MAX_DEPTH	256		/* the longest cycle looked for; a longer
 								 * path leaves a gap (the walk is repeated) */
@@ -417,6 +422,192 @@ walk_recheck(Walk *w)
 	return true;
 }
 
+/* ---------------------------------------------------------------------
+ * Signs of life
+ *
+ * A wait cut off in a stall (its call's connection closed) leaves its
+ * wait key and its intent or mark in Redis, looking live until their
+ * leases end, and the session owes their withdrawal until its next call,
+ * which an idle session may never make (the keeper makes it for a session
+ * of a server that preloads the library, waiters.c). So before a walker
+ * acts on a cycle (fails itself, or marks the victim), every other member
+ * that shared memory does not show waiting (rw_waiters_confirms) must show
+ * a fresh sign of life: its intent or mark's end must move forward. A
+ * live waiter renews it at each try, at least every RW_INTENT_MS / 2
+ * (waiting.c; the clients the same), and tries at once when woken on its
+ * channel, which the first look does (a PUBLISH, as a release's); a
+ * leftover renews nothing, and lapses within RW_INTENT_MS. Until every
+ * member has moved, the check is incomplete (a gap: the walk is done again
+ * soon, rw_walk_confirming), never "no cycle". What was read is kept
+ * while the same cycle is found (the same waits: owners and wait key
+ * values) at most WALK_LIFE_STALE_MS apart; in a quorum, a member's end is
+ * compared on the same quorum member only.
+ * --------------------------------------------------------------------- */
+
+#define WALK_LIFE_STALE_MS	(RW_INTENT_MS / 2)	/* a look older than this
+												 * is taken afresh */
+
+static struct
+{
+	char	   *sig;			/* the cycle's waits, or NULL */
+	int			n;				/* its hops */
+	int64		at;				/* when they were last looked at */
+	int64	  (*ends)[RW_QUORUM_MAX];	/* per hop, per quorum member: the
+										 * intent or mark's end; -1 unread */
+	bool	   *alive;			/* per hop: a sign of life seen */
+} life;
+
+static MemoryContext life_cxt = NULL;
+static bool walk_confirming = false;	/* the last walk awaits a sign */
+
+/*
+ * The end of hop's intent (a writer) or mark (a reader) in its lock, on
+ * each member that serves it (ends[member], else -1; 0 when none), by
+ * HGET; with wake, a wake-up is published on the channel the waiter
+ * listens on (its own for a writer, the lock's for a reader), so that a
+ * live one tries, and renews it, at once. Returns how many members
+ * answered. A failure is served as a fan-out's (fanout.c): the check is
+ * then incomplete.
+ */
+static int
+walk_ends_of(const WalkHop *hop, bool wake, int64 *ends)
+{
+	RwConn	   *conns[RW_QUORUM_MAX];
+	int			member[RW_QUORUM_MAX];
+	char	   *field = psprintf("%c:%s", hop->mode == 'w' ? 'i' : 'm', hop->as);
+	char	   *channel = hop->mode == 'w' ?
+		psprintf("%s:c:%s", hop->key, hop->as) : psprintf("%s:c", hop->key);
+	int			n = rw_fan_conns(walk_node, hop->key, conns, member);
+	int			answered = 0;
+
+	for (int q = 0; q < RW_QUORUM_MAX; q++)
+		ends[q] = -1;
+	for (int k = 0; k < n; k++)
+	{
+		RwConn	   *conn = conns[k];
+		const char *ask[1] = {"ASKING"};
+		const char *get[3] = {"HGET", hop->key, field};
+		const char *pub[3] = {"PUBLISH", channel, hop->mode == 'w' ? "w" : "r"};
+		redisReply *r[3];
+		int			nr;
+		int			at;
+		RwError		err;
+
+		memset(&err, 0, sizeof(err));
+		if (!rw_conn_ensure(conn, &err))
+		{
+			rw_fan_failed(walk_node, conn, member[k], &err);
+			continue;
+		}
+		if (conn->asking)
+			rw_append(conn, 1, ask, NULL, NULL);
+		at = conn->asking ? 1 : 0;
+		rw_append(conn, 3, get, NULL, NULL);
+		nr = at + 1;
+		if (wake)
+		{
+			rw_append(conn, 3, pub, NULL, NULL);
+			nr++;
+		}
+		if (!rw_exchange(conn, nr, r, &err))
+		{
+			rw_fan_failed(walk_node, conn, member[k], &err);
+			continue;
+		}
+		if (r[at]->type == REDIS_REPLY_ERROR)
+		{
+			rw_error_set(&err, RW_ERR_REPLY, "%s", r[at]->str);
+			for (int i = 0; i < nr; i++)
+				freeReplyObject(r[i]);
+			rw_fan_failed(walk_node, conn, member[k], &err);
+			continue;
+		}
+		ends[Max(member[k], 0)] = r[at]->type == REDIS_REPLY_STRING ?
+			strtoi64(r[at]->str, NULL, 10) : 0;
+		answered++;
+		for (int i = 0; i < nr; i++)
+			freeReplyObject(r[i]);
+	}
+	return answered;
+}
+
+/*
+ * Whether every other member of the cycle found has shown a sign of life
+ * (above); else a gap, and the walk is owed again soon.
+ */
+static bool
+walk_alive(Walk *w)
+{
+	StringInfoData sig;
+	int64		now = rw_now_ms();
+	bool		same;
+	bool		all = true;
+
+	initStringInfo(&sig);
+	for (int i = 0; i < w->depth; i++)
+		appendStringInfo(&sig, "%s\t%s\t%s\n", w->path[i].owner,
+						 w->path[i].as, w->path[i].value);
+	same = life.sig != NULL && strcmp(life.sig, sig.data) == 0 &&
+		now - life.at <= WALK_LIFE_STALE_MS;
+	if (!same)
+	{
+		MemoryContext old;
+
+		if (life_cxt == NULL)
+			life_cxt = AllocSetContextCreate(TopMemoryContext, "rwlock walk",
+											 ALLOCSET_SMALL_SIZES);
+		MemoryContextReset(life_cxt);
+		old = MemoryContextSwitchTo(life_cxt);
+		life.sig = pstrdup(sig.data);
+		life.n = w->depth;
+		life.ends = palloc(sizeof(*life.ends) * w->depth);
+		life.alive = palloc0(sizeof(bool) * w->depth);
+		for (int i = 0; i < w->depth; i++)
+			for (int q = 0; q < RW_QUORUM_MAX; q++)
+				life.ends[i][q] = -1;
+		MemoryContextSwitchTo(old);
+	}
+	for (int i = 1; i < w->depth; i++)
+	{
+		WalkHop    *hop = &w->path[i];
+		int64		ends[RW_QUORUM_MAX];
+
+		if (life.alive[i])
+			continue;
+		if (rw_waiters_confirms(hop->as, hop->key))
+		{
+			life.alive[i] = true;
+			continue;
+		}
+		if (walk_ends_of(hop, !same, ends) > 0)
+		{
+			for (int q = 0; q < RW_QUORUM_MAX; q++)
+			{
+				if (ends[q] < 0)
+					continue;
+				if (life.ends[i][q] >= 0 && ends[q] > life.ends[i][q])
+					life.alive[i] = true;
+				life.ends[i][q] = ends[q];
+			}
+		}
+		all &= life.alive[i];
+	}
+	life.at = now;
+	if (!all)
+	{
+		w->gap = true;
+		walk_confirming = true;
+	}
+	return all;
+}
+
+/* Whether the last walk found a cycle and awaits its members' signs. */
+bool
+rw_walk_confirming(void)
+{
+	return walk_confirming;
+}
+
 /*
  * The cycle as the mark carries it: one line per hop,
  * "<owner> <mode> <blocker> <lock key>", the key last (it may hold spaces).
@@ -493,6 +684,7 @@ rw_walk(const RwWalkFrom *from, uint32 *seen, bool *foreign, char **cycle,
 	w.maxvisited = 16;
 	w.visited = palloc(sizeof(char *) * w.maxvisited);
 	walk_node = from->node;
+	walk_confirming = false;
 	w.until = from->until;
 	w.seen = 2166136261u;
 	w.path[0].owner = w.path[0].as = (char *) rw_owner_id();
@@ -507,6 +699,8 @@ rw_walk(const RwWalkFrom *from, uint32 *seen, bool *foreign, char **cycle,
 	*foreign = w.foreign;
 	if (!found || !walk_recheck(&w))
 		return w.gap ? RW_WALK_INCOMPLETE : RW_WALK_NO_CYCLE;
+	if (!walk_alive(&w))
+		return RW_WALK_INCOMPLETE;
 	v = walk_victim(&w);
 	if (v == 0)
 	{

@@ -89,7 +89,18 @@ my $r2 = forged_lock('c2', $forged2);
 like($r2, qr/^\d+$/, 'c) the client holds c2') or diag $r2;
 forged_lock('c1', $forged2, '2', '60000');    # busy: it waits
 redis_cli($port, 'SET', "$prefix:wait:{$forged2}", "3 w n1 $prefix:{c1}", 'PX', '60000');
-my ($cout, $cerr) = sq($v, "SET lock_timeout = '10s'; SELECT redis_wlock('c2') > 0");
+# The client's waits go on: it tries again (renewing its intent) every
+# 0.2 s, as a live client does; a walk acts on a cycle only once each member
+# not of this server has renewed its intent (a sign of life, protocol.md 18).
+sq_send($v, "SET lock_timeout = '10s'; SELECT redis_wlock('c2') > 0");
+my $cseq = 3;
+my $ctill = time + 15;
+while (!sq_poll($v) && time < $ctill)
+{
+	forged_lock('c1', $forged2, $cseq++, '60000');
+	sleep 0.2;
+}
+my ($cout, $cerr) = sq_wait($v, 1);
 is(sqlstate($cerr), '40P01', 'c) the session is failed as the deadlock victim') or diag $cerr;
 unlike($cerr, qr/[Pp]rocess $opid\b/, "c) the DETAIL does not name backend $opid");
 like($cerr, qr/\Q$forged2\E/, 'c) it names the client by its owner id');

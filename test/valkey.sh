@@ -34,7 +34,8 @@ RWLOCK_TAP_ACL=${RWLOCK_TAP_ACL:-"t/031_lock_waits.pl t/032_deadlock_servers.pl
   t/033_deadlock_clients.pl t/034_stats_and_losses.pl t/037_deadlock_node.pl
   t/038_deadlock_quorum.pl t/052_deadlock_cluster_failover.pl
   t/053_deadlock_cluster_migration.pl t/054_deadlock_quorum_member_down.pl
-  t/055_deadlock_cutoff_leftovers.pl t/065_multi_names.pl t/066_multi_quorum.pl
+  t/055_deadlock_cutoff_leftovers.pl t/056_deadlock_cutoff_nopreload.pl
+  t/065_multi_names.pl t/066_multi_quorum.pl
   t/067_deadlock_no_preload.pl"}
 . tools/redis.sh
 DIR=$(mktemp -d)

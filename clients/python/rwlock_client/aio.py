@@ -313,6 +313,11 @@ class AsyncLock(LockState):
                 return None
             if isinstance(s, p.Get):            # the walk (docs/protocol.md 18)
                 return await c.redis.get(s.key)
+            if isinstance(s, p.Ends):           # a member's sign of life
+                end = await c.redis.hget(s.key, s.field)
+                if s.channel is not None:
+                    await c.redis.publish(s.channel, s.message)
+                return 0 if end is None else int(end)
             if isinstance(s, p.Script):
                 return await c._io(c._walk_run(s))
             assert isinstance(s, Sleep)

@@ -723,7 +723,10 @@ class Lock(LockState):
             if isinstance(s, p.Ends):           # a member's sign of life
                 end = c.redis.hget(s.key, s.field)
                 if s.channel is not None:
-                    c.redis.publish(s.channel, s.message)
+                    try:
+                        c.redis.publish(s.channel, s.message)
+                    except redis.exceptions.RedisError:
+                        pass    # a wake-up only hastens: a live waiter renews anyway
                 return 0 if end is None else int(end)
             if isinstance(s, p.Script):
                 return c._io(c._walk_run(s))

@@ -22,7 +22,16 @@
 #     breaks it within deadlock_timeout + 1 s (the session, with a longer
 #     deadlock_timeout, walks again too late to be the one); exactly one
 #     victim, the others proceed;
-#  8. an asyncio client in a cycle with a synchronous client: the same.
+#  8. an asyncio client in a cycle with a synchronous client: the same;
+#  9. no false positive from a wait cut off in a stall (issue 37): an idle
+#     SQL session holds a lock A and left a wait on lock L behind (its wait
+#     key and its writer intent in L, or its reader's mark there, written
+#     once and never renewed, as a cut-off wait leaves them); a client
+#     (sync, asyncio, then sync with the reader's leftover) holds L and
+#     asks for A. Its walk finds a cycle whose victim is the client ("py:" >
+#     "pg:"), but the session's intent shows no sign of life (its end never
+#     moves): no DeadlockDetected; the client gets A once the session lets
+#     go. (Before: DeadlockDetected about deadlock_timeout after the ask.)
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -346,6 +355,35 @@ sub py_go_all
 		py_until($h, qr/released/, 10);
 		$h->{h}->finish;
 	}
+}
+
+# ---- 9. no false positive from a cut-off wait's leftovers ----
+for my $case ([ 'sync', $py, 'w', 'i' ], [ 'asyncio', $py_aio, 'w', 'i' ], [ 'reader', $py, 'r', 'm' ])
+{
+	my ($kind, $script, $mode, $field) = @$case;
+	my ($l, $a) = ("py9l$kind", "sq9a$kind");
+	my $p = python_holder($l, $a, $script);
+	ok(py_until($p, qr/holding/, 15), "9. ($kind) the client holds L") or diag $p->{err};
+	my $s = session($n1);
+	sq($s, "SELECT redis_wlock('$a') > 0");
+	my $owner = session_owner($s);
+	# The session's wait for L, cut off: its wait key and its intent (or
+	# mark), with the lease a try gives it (2 s, here 2.5 s from now), never
+	# renewed.
+	my ($sec, $usec) = split /\n/, redis_cli($port, 'TIME');
+	my $end = $sec * 1000 + int($usec / 1000) + 2500;
+	redis_cli($port, 'SET', "$prefix:wait:{$owner}", "3 $mode c0ffee00 $prefix:{$l}", 'PX', '4000');
+	redis_cli($port, 'HSET', "$prefix:{$l}", "$field:$owner", $end);
+	py_go($p);
+	ok(!py_until($p, qr/deadlock|granted/, 3.5),
+		"9. ($kind) the client asking for A keeps waiting past deadlock_timeout: no DeadlockDetected")
+	  or diag $p->{out};
+	sq($s, "SELECT redis_unlock('$a')");
+	ok(py_until($p, qr/granted/, 10), "9. ($kind) and gets A once the session lets go")
+	  or diag "$p->{out}$p->{err}";
+	py_until($p, qr/released/, 10);
+	$p->{h}->finish;
+	$s->quit;
 }
 
 # ---- 4. no false positive: random names in one global order ----

@@ -20,7 +20,14 @@
 #  c. a Node waiter in a chain with no cycle (a SQL session waits for A,
 #     which waits for B, which waits for a SQL session that waits for
 #     nothing) for 4 x deadlockTimeout: no DeadlockDetected, no 40P01; all
-#     get their locks once the chain's end lets go.
+#     get their locks once the chain's end lets go;
+#  f. no false positive from a wait cut off in a stall (issue 37): an idle
+#     SQL session holds a lock A and left a wait on lock L behind (its wait
+#     key and its writer intent in L, written once and never renewed); a
+#     Node client whose owner id beats "pg:" holds L and asks for A. Its
+#     walk finds a cycle whose victim is itself, but the session's intent
+#     shows no sign of life: no DeadlockDetected; it gets A once the session
+#     lets go. (Before: DeadlockDetected about deadlockTimeout after.)
 # Each Node process holds its first lock and waits for its second through
 # the same owner id (the waiting Lock made with the holder's: the Node
 # client's `owner` option, its way to link them, README "deadlockTimeout").
@@ -277,6 +284,31 @@ PY
 	$_->{h}->finish for ($a, $b);
 	$_->quit for ($s, $s2);
 	is(join(',', wait_keys()), '', 'c. no wait key left behind');
+}
+
+# ---- f. no false positive from a cut-off wait's leftovers ----
+{
+	my $p = node_holder('nfl', 'sfa', 'zz:t037:f');
+	ok(node_until($p, qr/holding/, 15), 'f. the client holds L') or diag $p->{err};
+	my $s = session($n1);
+	sq($s, "SELECT redis_wlock('sfa') > 0");
+	my $owner = session_owner($s);
+	# The session's wait for L, cut off: its wait key and its intent, with
+	# the lease a try gives it (2 s, here 2.5 s from now), never renewed.
+	my ($sec, $usec) = split /\n/, redis_cli($port, 'TIME');
+	my $end = $sec * 1000 + int($usec / 1000) + 2500;
+	redis_cli($port, 'SET', "$prefix:wait:{$owner}", "3 w c0ffee00 $prefix:{nfl}", 'PX', '4000');
+	redis_cli($port, 'HSET', "$prefix:{nfl}", "i:$owner", $end);
+	node_go($p);
+	ok(!node_until($p, qr/deadlock|granted|error/, 3.5),
+		'f. the client asking for A keeps waiting past deadlockTimeout: no DeadlockDetected')
+	  or diag $p->{out};
+	sq($s, "SELECT redis_unlock('sfa')");
+	ok(node_until($p, qr/granted/, 10), 'f. and gets A once the session lets go')
+	  or diag "$p->{out}$p->{err}";
+	node_until($p, qr/released/, 10);
+	$p->{h}->finish;
+	$s->quit;
 }
 
 $n1->stop;

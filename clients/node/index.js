@@ -32,6 +32,8 @@ const CLEANUP_MS = 200;
 const SCRIPTS = ['acquire', 'release', 'renew', 'info', 'waits', 'mark', 'checkin'];
 const WALK_OWNERS = 64; // owners a deadlock walk visits at most (docs/protocol.md 18)
 const WALK_DEPTH = 32; // the longest cycle it looks for
+const WALK_CONFIRM_MS = 100; // a cycle awaiting signs of life is walked again this soon (C's DL_CONFIRM_MS)
+const WALK_LIFE_STALE_MS = INTENT_MS / 2; // a look at them older than this is taken afresh
 // acquire.lua ARGV[8]: what the caller already holds of the name.
 const HOLDS_READ = 'r'; // its read lock: an upgrade
 const HOLDS_NOTHING = '-'; // nothing: a read field of this owner left in Redis is stale
@@ -837,11 +839,14 @@ class Locks {
    * hops). A cycle back to `me` whose edges still hold (_recheck) is broken:
    * its victim is the member with the greatest owner id (byte order, as
    * every finder picks it); another member is marked (mark.lua) and fails
-   * at its next check-in. Resolves to { victim: the encoded cycle when `me`
-   * is the victim, else null; foreign: an owner met whose id does not start
-   * with "pg:" (a client, which may not walk itself: walk again next time) }.
+   * at its next check-in, once every other member showed a sign of life
+   * (_alive, with `life`, this wait's record of them). Resolves to { victim:
+   * the encoded cycle when `me` is the victim, else null; foreign: an owner
+   * met whose id does not start with "pg:" (a client, which may not walk
+   * itself: walk again next time); confirming: a cycle awaits its members'
+   * signs of life (walk again soon, WALK_CONFIRM_MS) }.
    */
-  async _walk(me, mode, key, value) {
+  async _walk(me, mode, key, value, life = {}) {
     const path = [{ owner: me, as: me, value, mode, key }];
     const visited = new Set();
     let foreign = false;
@@ -863,17 +868,58 @@ class Locks {
       }
       return false;
     };
-    if (!(await search()) || !(await this._recheck(path))) return { victim: null, foreign };
+    if (!(await search()) || !(await this._recheck(path))) return { victim: null, foreign, confirming: false };
+    if (!(await this._alive(path, life))) return { victim: null, foreign, confirming: true };
     const cycle = path.map((h, i) => `${h.owner} ${h.mode} ${path[(i + 1) % path.length].owner} ${h.key}`)
       .join('\n');
     let v = 0;
     for (let i = 1; i < path.length; i++) {
       if (Buffer.compare(Buffer.from(path[i].owner), Buffer.from(path[v].owner)) > 0) v = i;
     }
-    if (v === 0) return { victim: cycle, foreign };
+    if (v === 0) return { victim: cycle, foreign, confirming: false };
     await this._eval('mark', [waitKeyOf(this.prefix, path[v].owner)],
       [PROTOCOL_VERSION, path[v].value, cycle]).catch(() => {});
-    return { victim: null, foreign };
+    return { victim: null, foreign, confirming: false };
+  }
+
+  /**
+   * Whether every other member of the cycle `path` has shown a sign of life
+   * (docs/protocol.md 18; C's walk_alive): its intent (a writer hop,
+   * i:<as>) or mark (a reader hop, m:<as>) end moved forward since an
+   * earlier look at the same cycle (`life`: sig, at, ends, alive, kept by
+   * the wait between its walks). A wait cut off in a stall leaves its wait
+   * key and intent or mark, looking live until they lapse, but renews
+   * nothing; a live waiter renews at each try (at least every INTENT_MS / 2)
+   * and tries at once when woken, which the first look does (a PUBLISH on
+   * its channel, as a release's). False: not yet, never "no cycle".
+   */
+  async _alive(path, life) {
+    const sig = path.map((h) => `${h.owner}\t${h.as}\t${h.value}\n`).join('');
+    const t = now();
+    const same = life.sig === sig && t - life.at <= WALK_LIFE_STALE_MS;
+    if (!same) {
+      life.sig = sig;
+      life.ends = path.map(() => -1);
+      life.alive = path.map(() => false);
+    }
+    let all = true;
+    for (let i = 1; i < path.length; i++) {
+      const hop = path[i];
+      if (life.alive[i]) continue;
+      const end = await this.redis.hget(hop.key, `${hop.mode === 'w' ? 'i' : 'm'}:${hop.as}`)
+        .then((e) => Number(e || 0), () => null);
+      if (!same) {
+        const channel = hop.mode === 'w' ? `${hop.key}:c:${hop.as}` : `${hop.key}:c`;
+        await this.redis.publish(channel, hop.mode).catch(() => {});
+      }
+      if (end !== null) {
+        if (life.ends[i] >= 0 && end > life.ends[i]) life.alive[i] = true;
+        life.ends[i] = end;
+      }
+      all = all && life.alive[i];
+    }
+    life.at = t;
+    return all;
   }
 
   /** Every edge of a cycle found once more: each wait key unchanged (but
@@ -1073,6 +1119,8 @@ class Lock extends EventEmitter {
     const waitValue = `${PROTOCOL_VERSION} ${mode} ${crypto.randomBytes(4).toString('hex')} ${hashKey}`;
     let checkAt = null;
     let walk = true;
+    let confirming = false; // the last walk awaits its cycle's signs of life
+    const life = {}; // what the walks read of them (_alive)
     let published = false;
     const dropWait = () => {
       const p = published ? L.redis.del(waitKey).catch(() => {}) : Promise.resolve();
@@ -1132,12 +1180,13 @@ class Lock extends EventEmitter {
               [PROTOCOL_VERSION, waitValue, String(Math.round(ttl))]));
             const head = `!${waitValue}\n`;
             let cycle = old != null && String(old).startsWith(head) ? String(old).slice(head.length) : null;
-            if (cycle === null && walk) {
-              const found = await bounded(L._walk(this.owner, mode, hashKey, waitValue));
+            if (cycle === null && (walk || confirming)) {
+              const found = await bounded(L._walk(this.owner, mode, hashKey, waitValue, life));
               cycle = found.victim;
               walk = found.foreign;
+              confirming = found.confirming;
             }
-            checkAt = now() + L.deadlockTimeout;
+            checkAt = now() + (confirming && cycle === null ? WALK_CONFIRM_MS : L.deadlockTimeout);
             if (cycle !== null) {
               done = true;
               await withdrawn();

@@ -537,13 +537,22 @@ class Script:
         self.script, self.keys, self.args = script, keys, args
 
 
-Step = Union[Acquire, Release, Subscribe, Sleep, CheckIn, DropWait, Get, Script]
+class Ends:
+    """HGET key field (a member's intent or mark end, on the node that
+    serves key), then, with channel, PUBLISH channel message (a wake-up);
+    result: the end in ms, 0 when there is none."""
+
+    def __init__(self, key: str, field: str, channel: Optional[str], message: str) -> None:
+        self.key, self.field, self.channel, self.message = key, field, channel, message
+
+
+Step = Union[Acquire, Release, Subscribe, Sleep, CheckIn, DropWait, Get, Script, Ends]
 
 
 def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
               is_try: bool, wanted_acks: int,
               granted, deadlock_timeout: Optional[float] = None,
-              walker: Optional[Callable[[str], Generator[Step, object, Tuple[Optional[str], bool]]]] = None
+              walker: Optional[Callable[[str], Generator[Step, object, Tuple[Optional[str], bool, bool]]]] = None
               ) -> Generator[Step, object, bool]:
     """Take the lock: True once granted (granted(token, sent) called), False
     when the time ran out. Raises UpgradeConflict, ReplicasNotAcknowledged,
@@ -553,12 +562,14 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
     (docs/protocol.md 18); with walker (walker(nonce): a walk_plan of this
     wait), it also walks the wait-for graph after its first check-in, and
     again at later ones while the last walk met an owner that is not a SQL
-    session, as the SQL extension does."""
+    session, as the SQL extension does; a walk whose cycle awaits its
+    members' signs of life is made again WALK_CONFIRM_S later."""
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     check_at = None                     # the next CheckIn, once waiting
     published = False
     walked = False                      # the first walk was made
     rewalk = False                      # the last walk met a client: again
+    confirming = False                  # the last walk awaits signs of life
     nonce = "%08x" % random.getrandbits(32)
     # A caller that will wait leaves a mark: a writer's intent (new readers
     # queue behind it), a reader's claim to a turn after the current writer.
@@ -617,10 +628,11 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
                     ttl_ms = max(int(3000 * deadlock_timeout), 2 * INTENT_MS)
                     cycle = yield CheckIn(nonce, ttl_ms)
                     published = True
-                    if cycle is None and walker is not None and (not walked or rewalk):
+                    if cycle is None and walker is not None and (not walked or rewalk or confirming):
                         walked = True
-                        cycle, rewalk = yield from walker(nonce)
-                    check_at = time.monotonic() + deadlock_timeout
+                        cycle, rewalk, confirming = yield from walker(nonce)
+                    check_at = time.monotonic() + (WALK_CONFIRM_S if confirming and cycle is None
+                                                   else deadlock_timeout)
                     if cycle is not None:
                         done = True
                         yield Release("q")
@@ -673,6 +685,9 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
 
 WALK_MAX_OWNERS = 64      # owners a walk visits at most
 WALK_MAX_DEPTH = 32       # the longest cycle looked for
+WALK_CONFIRM_S = 0.1      # a cycle awaiting signs of life is walked again this soon
+                          # (C's DL_CONFIRM_MS)
+WALK_LIFE_STALE_S = INTENT_MS / 2000.0    # a look older than this is taken afresh
 
 
 def parse_wait_value(value: str) -> Optional[Tuple[str, str, Optional[str]]]:
@@ -720,18 +735,74 @@ def victim_of(path: List[Hop]) -> int:
     return v
 
 
+class Life:
+    """What the walks of one wait read of a cycle's signs of life (C's
+    walk.c "Signs of life"): sig, the cycle's waits (owners, as, wait key
+    values); at, when last looked at (monotonic s); per hop, its intent or
+    mark end (-1 unread) and whether it was seen to move forward."""
+    __slots__ = ("sig", "at", "ends", "alive")
+
+    def __init__(self) -> None:
+        self.sig: Optional[str] = None
+        self.at = 0.0
+        self.ends: List[int] = []
+        self.alive: List[bool] = []
+
+
+def walk_alive(path: List[Hop], life: Life) -> Generator[Step, object, bool]:
+    """Whether every other member of the cycle path has shown a sign of
+    life (docs/protocol.md 18): its intent (a writer hop, i:<as>) or mark
+    (a reader hop, m:<as>) end moved forward since an earlier look at the
+    same cycle. A wait cut off in a stall leaves its wait key and intent or
+    mark, looking live until they lapse, but renews nothing; a live waiter
+    renews at each try (at least every INTENT_MS / 2) and tries at once when
+    woken, which the first look does. False: not yet (look again soon,
+    never "no cycle"). As C's walk_alive."""
+    sig = "".join("%s\t%s\t%s\n" % (h.owner, h.as_, h.value) for h in path)
+    now = time.monotonic()
+    same = life.sig == sig and now - life.at <= WALK_LIFE_STALE_S
+    if not same:
+        life.sig, life.ends, life.alive = sig, [-1] * len(path), [False] * len(path)
+    alive = True
+    for i in range(1, len(path)):
+        hop = path[i]
+        if life.alive[i]:
+            continue
+        channel = None if same else (
+            "%s:c:%s" % (hop.key, hop.as_) if hop.mode == "w" else hop.key + ":c")
+        try:
+            end = yield Ends(hop.key, ("i:" if hop.mode == "w" else "m:") + hop.as_,
+                             channel, hop.mode)
+        except Exception:               # noqa: BLE001 - not seen: look again
+            end = None
+        if end is not None:
+            end = int(end)              # type: ignore[call-overload]
+            if 0 <= life.ends[i] < end:
+                life.alive[i] = True
+            life.ends[i] = end
+        alive = alive and life.alive[i]
+    life.at = now
+    return alive
+
+
 def walk_plan(prefix: str, owner: str, mode: str, nonce: str, hash_key: str,
-              aliases: List[str]) -> Generator[Step, object, Tuple[Optional[str], bool]]:
+              aliases: List[str], life: Optional[Life] = None
+              ) -> Generator[Step, object, Tuple[Optional[str], bool, bool]]:
     """Walk the wait-for graph from this wait (`owner` waits for `hash_key`
     in `mode`, its wait key written with `nonce`; `aliases`: the other owner
     ids holding locks in the waiting task, whose wait keys say the same wait
     as "<nonce>@<owner>"). A cycle closes at a blocker that is `owner` or an
-    alias; it is checked once more edge by edge; then its victim (the
-    greatest owner id) is marked (mark.lua), unless it is this waiter.
-    Returns (cycle, foreign): the encoded cycle when this waiter is the
-    victim (it must give up), else None; foreign: the walk met an owner that
-    is not a SQL session (whose id does not start with "pg:"), so the walk
-    is to be made again at the next check-in."""
+    alias; it is checked once more edge by edge, then every other member
+    must show a sign of life (walk_alive, with `life`, this wait's record of
+    them); then its victim (the greatest owner id) is marked (mark.lua),
+    unless it is this waiter. Returns (cycle, foreign, confirming): the
+    encoded cycle when this waiter is the victim (it must give up), else
+    None; foreign: the walk met an owner that is not a SQL session (whose id
+    does not start with "pg:"), so the walk is to be made again at the next
+    check-in; confirming: a cycle awaits its members' signs of life, so the
+    walk is to be made again soon (WALK_CONFIRM_S)."""
+    if life is None:
+        life = Life()
     values = wait_values(owner, aliases, mode, nonce, hash_key)
     path = [Hop(owner, owner, values[owner], mode, hash_key)]
     visited: set = set()
@@ -795,7 +866,7 @@ def walk_plan(prefix: str, owner: str, mode: str, nonce: str, hash_key: str,
 
     closer = yield from search()
     if closer is None:
-        return None, foreign
+        return None, foreign, False
     # Our member of the cycle is the blocker that closed it, with the value
     # of its wait key: every finder then names the same members.
     path[0] = Hop(closer, owner, values[closer], mode, hash_key)
@@ -803,17 +874,19 @@ def walk_plan(prefix: str, owner: str, mode: str, nonce: str, hash_key: str,
     for i, hop in enumerate(path):
         nxt = path[(i + 1) % len(path)].owner
         if i > 0 and (yield from get_wait(hop.owner)) != hop.value:
-            return None, foreign
+            return None, foreign, False
         live, blockers = yield from blockers_of(hop)
         if live <= 0 or nxt not in blockers:
-            return None, foreign
+            return None, foreign, False
+    if not (yield from walk_alive(path, life)):
+        return None, foreign, True
     cycle = encode_cycle(path)
     v = victim_of(path)
     if v == 0:
-        return cycle, foreign
+        return cycle, foreign, False
     try:
         yield Script("mark", [wait_key(prefix, path[v].owner)],
                      [PROTOCOL_VERSION, path[v].value, cycle])
     except Exception:                   # noqa: BLE001 - its next walk, or another's
         pass
-    return None, foreign
+    return None, foreign, False

@@ -232,7 +232,9 @@ class BaseClient:
         if not self._walks or not self.deadlock_timeout:
             return None
         hkey = self._keys(name)[0]
-        return lambda nonce: p.walk_plan(self.prefix, owner, mode, nonce, hkey, aliases())
+        life = p.Life()                 # this wait's look at a cycle's signs of life
+        return lambda nonce: p.walk_plan(self.prefix, owner, mode, nonce, hkey, aliases(),
+                                         life)
 
     def _info_g(self, name: str):
         return p.parse_info((yield Run("info", name, [PROTOCOL_VERSION])))
@@ -718,6 +720,14 @@ class Lock(LockState):
                 return cycle
             if isinstance(s, p.Get):            # the walk (docs/protocol.md 18)
                 return c.redis.get(s.key)
+            if isinstance(s, p.Ends):           # a member's sign of life
+                end = c.redis.hget(s.key, s.field)
+                if s.channel is not None:
+                    try:
+                        c.redis.publish(s.channel, s.message)
+                    except redis.exceptions.RedisError:
+                        pass    # a wake-up only hastens: a live waiter renews anyway
+                return 0 if end is None else int(end)
             if isinstance(s, p.Script):
                 return c._io(c._walk_run(s))
             if isinstance(s, p.DropWait):

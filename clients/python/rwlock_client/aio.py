@@ -186,13 +186,25 @@ class AsyncClient(BaseClient):
         every node of a cluster."""
         if hasattr(self.redis, "pubsub"):
             return self.redis.pubsub()
+        return self._node().pubsub()
+
+    async def _publish(self, channel: str, message: str) -> None:
+        """PUBLISH; redis.asyncio's RedisCluster has no publish (redis-py
+        4.x): then on its default node's plain connection, as _pubsub."""
+        if hasattr(self.redis, "publish"):
+            await self.redis.publish(channel, message)
+        else:
+            await self._node().publish(channel, message)
+
+    def _node(self) -> Any:
+        """A plain connection to a RedisCluster's default node."""
         if self._node_redis is None:
             node = self.redis.get_default_node()
             kw = {k: v for k, v in node.connection_kwargs.items()
                   if k != "redis_connect_func"}      # the cluster's own handshake
             self._node_redis = aredis.Redis(connection_pool=aredis.ConnectionPool(
                 connection_class=node.connection_class, **kw))
-        return self._node_redis.pubsub()
+        return self._node_redis
 
     async def _subscribe(self, channel: str):
         ps = self._pubsub()
@@ -313,6 +325,14 @@ class AsyncLock(LockState):
                 return None
             if isinstance(s, p.Get):            # the walk (docs/protocol.md 18)
                 return await c.redis.get(s.key)
+            if isinstance(s, p.Ends):           # a member's sign of life
+                end = await c.redis.hget(s.key, s.field)
+                if s.channel is not None:
+                    try:
+                        await c._publish(s.channel, s.message)
+                    except redis.exceptions.RedisError:
+                        pass    # a wake-up only hastens: a live waiter renews anyway
+                return 0 if end is None else int(end)
             if isinstance(s, p.Script):
                 return await c._io(c._walk_run(s))
             assert isinstance(s, Sleep)

@@ -32,6 +32,10 @@
 #     "pg:"), but the session's intent shows no sign of life (its end never
 #     moves): no DeadlockDetected; the client gets A once the session lets
 #     go. (Before: DeadlockDetected about deadlock_timeout after the ask.)
+# 10. a marked victim walks again before it fails (issue 37): a mark left
+#     on a waiting client's wait key where there is no cycle (one that
+#     broke since) fails nothing; the client gets its lock. (Before:
+#     DeadlockDetected at its next check-in.)
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -380,6 +384,36 @@ for my $case ([ 'sync', $py, 'w', 'i' ], [ 'asyncio', $py_aio, 'w', 'i' ], [ 're
 	  or diag $p->{out};
 	sq($s, "SELECT redis_unlock('$a')");
 	ok(py_until($p, qr/granted/, 10), "9. ($kind) and gets A once the session lets go")
+	  or diag "$p->{out}$p->{err}";
+	py_until($p, qr/released/, 10);
+	$p->{h}->finish;
+	$s->quit;
+}
+
+# ---- 10. a marked victim walks again before it fails ----
+{
+	# No cycle: the client holds L and waits for A, which a SQL session
+	# holds and waits for nothing. A mark that another walker left on the
+	# client's wait key (as for a cycle that broke since) must not fail the
+	# wait by itself: the client walks again, finds no cycle and waits on.
+	# (Before: DeadlockDetected at its next check-in.)
+	my ($l, $a) = ('py10l', 'sq10a');
+	my $p = python_holder($l, $a);
+	ok(py_until($p, qr/holding/, 15), '10. the client holds L') or diag $p->{err};
+	my $owner = py_owner($p);
+	my $s = session($n1);
+	sq($s, "SELECT redis_wlock('$a') > 0");
+	py_go($p);
+	my $wk = "$prefix:wait:{$owner}";
+	my $v = '';
+	wait_until(sub { $v = redis_cli($port, 'GET', $wk); $v =~ /^3 w / }, 5);
+	like($v, qr/^3 w \S+ \Q$prefix:{$a}\E$/, '10. the client checked in: its wait key says it waits for A');
+	redis_cli($port, 'SET', $wk, "!$v\n$owner w pg:nobody $prefix:{$a}", 'PX', '4000');
+	ok(!py_until($p, qr/deadlock|granted/, 2.5),
+		'10. a mark for a cycle that is not there fails nothing: the client keeps waiting')
+	  or diag $p->{out};
+	sq($s, "SELECT redis_unlock('$a')");
+	ok(py_until($p, qr/granted/, 10), '10. and gets A once the session lets go')
 	  or diag "$p->{out}$p->{err}";
 	py_until($p, qr/released/, 10);
 	$p->{h}->finish;

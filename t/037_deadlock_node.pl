@@ -28,6 +28,9 @@
 #     walk finds a cycle whose victim is itself, but the session's intent
 #     shows no sign of life: no DeadlockDetected; it gets A once the session
 #     lets go. (Before: DeadlockDetected about deadlockTimeout after.)
+#  g. a marked victim walks again before it fails (issue 37): a mark left
+#     on a waiting Node client's wait key where there is no cycle fails
+#     nothing; the client gets its lock. (Before: DeadlockDetected.)
 # Each Node process holds its first lock and waits for its second through
 # the same owner id (the waiting Lock made with the holder's: the Node
 # client's `owner` option, its way to link them, README "deadlockTimeout").
@@ -305,6 +308,35 @@ PY
 	  or diag $p->{out};
 	sq($s, "SELECT redis_unlock('sfa')");
 	ok(node_until($p, qr/granted/, 10), 'f. and gets A once the session lets go')
+	  or diag "$p->{out}$p->{err}";
+	node_until($p, qr/released/, 10);
+	$p->{h}->finish;
+	$s->quit;
+}
+
+# ---- g. a marked victim walks again before it fails ----
+{
+	# No cycle: the Node client holds L and waits for A, which a SQL session
+	# holds and waits for nothing. A mark left on the client's wait key (as
+	# for a cycle that broke since) fails nothing by itself: the client
+	# walks again, finds no cycle and waits on. (Before: DeadlockDetected
+	# at its next check-in.)
+	my $p = node_holder('ngl', 'sga');
+	ok(node_until($p, qr/holding/, 15), 'g. the client holds L') or diag $p->{err};
+	my ($owner) = $p->{out} =~ /holding (\S+)/;
+	my $s = session($n1);
+	sq($s, "SELECT redis_wlock('sga') > 0");
+	node_go($p);
+	my $wk = "$prefix:wait:{$owner}";
+	my $v = '';
+	wait_until(sub { $v = redis_cli($port, 'GET', $wk); $v =~ /^3 w / }, 5);
+	like($v, qr/^3 w \S+ \Q$prefix:{sga}\E$/, 'g. the client checked in: its wait key says it waits for A');
+	redis_cli($port, 'SET', $wk, "!$v\n$owner w pg:nobody $prefix:{sga}", 'PX', '4000');
+	ok(!node_until($p, qr/deadlock|granted|error/, 2.5),
+		'g. a mark for a cycle that is not there fails nothing: the client keeps waiting')
+	  or diag $p->{out};
+	sq($s, "SELECT redis_unlock('sga')");
+	ok(node_until($p, qr/granted/, 10), 'g. and gets A once the session lets go')
 	  or diag "$p->{out}$p->{err}";
 	node_until($p, qr/released/, 10);
 	$p->{h}->finish;

@@ -838,8 +838,9 @@ class Locks {
    * value), depth first, hop by hop (at most WALK_OWNERS owners, WALK_DEPTH
    * hops). A cycle back to `me` whose edges still hold (_recheck) is broken:
    * its victim is the member with the greatest owner id (byte order, as
-   * every finder picks it); another member is marked (mark.lua) and fails
-   * at its next check-in, once every other member showed a sign of life
+   * every finder picks it); another member is marked (mark.lua) and walks
+   * again at its next check-in, failing if it finds the cycle, once every
+   * other member showed a sign of life
    * (_alive, with `life`, this wait's record of them). Resolves to { victim:
    * the encoded cycle when `me` is the victim, else null; foreign: an owner
    * met whose id does not start with "pg:" (a client, which may not walk
@@ -1179,8 +1180,12 @@ class Lock extends EventEmitter {
             const old = await bounded(L._eval('checkin', [waitKey],
               [PROTOCOL_VERSION, waitValue, String(Math.round(ttl))]));
             const head = `!${waitValue}\n`;
-            let cycle = old != null && String(old).startsWith(head) ? String(old).slice(head.length) : null;
-            if (cycle === null && (walk || confirming)) {
+            // Marked a victim by another walker: the cycle is walked again
+            // here before this wait fails (it may have broken meanwhile),
+            // as the SQL extension does; the mark itself is gone (checkin.lua).
+            const marked = old != null && String(old).startsWith(head);
+            let cycle = null;
+            if (marked || walk || confirming) {
               const found = await bounded(L._walk(this.owner, mode, hashKey, waitValue, life));
               cycle = found.victim;
               walk = found.foreign;

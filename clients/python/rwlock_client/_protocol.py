@@ -628,7 +628,12 @@ def take_plan(name: str, mode: str, timeout: Optional[float], upgrade: bool,
                     ttl_ms = max(int(3000 * deadlock_timeout), 2 * INTENT_MS)
                     cycle = yield CheckIn(nonce, ttl_ms)
                     published = True
-                    if cycle is None and walker is not None and (not walked or rewalk or confirming):
+                    # Marked a victim by another walker (cycle): with a
+                    # walker, the cycle is walked again here before this wait
+                    # fails (it may have broken meanwhile), as the SQL
+                    # extension does; the mark itself is gone (checkin.lua).
+                    if walker is not None and (cycle is not None or not walked
+                                               or rewalk or confirming):
                         walked = True
                         cycle, rewalk, confirming = yield from walker(nonce)
                     check_at = time.monotonic() + (WALK_CONFIRM_S if confirming and cycle is None

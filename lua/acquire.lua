@@ -3,33 +3,36 @@
 -- KEYS[1]  <prefix>:{<name>}    hash: the lock (fields: docs/protocol.md 3.3)
 -- KEYS[2]  <prefix>:{<name>}:q  sorted set: waiting writers, first come first
 --                               served (score: arrival, µs)
--- ARGV[1]  protocol version ("3")
--- ARGV[2]  owner: a string unique to the holder
--- ARGV[3]  seq: the request's place in its owner's order, a decimal
+-- ARGV[1]  owner: a string unique to the holder
+-- ARGV[2]  seq: the request's place in its owner's order, a decimal
 --          integer >= 1 without leading zeros that grows with every
 --          acquire and release the owner sends (docs/protocol.md 4.1). Field s:<owner> keeps the
 --          newest this lock ran; a request whose seq is not above it is
 --          stale: it changes nothing and is answered with an error reply
 --          that starts RWLOCK_STALE. Otherwise seq becomes s:<owner>,
 --          whatever the answer.
--- ARGV[4]  "r" or "w"
--- ARGV[5]  lease, ms
--- ARGV[6]  how long a waiting caller's mark lasts, ms; "0" when the caller
---          will not wait. A waiting writer's mark is its place in KEYS[2]
+-- ARGV[3]  what is asked, the caller holding nothing of the lock: "r" the
+--          read lock, "w" the write lock; or "u", the write lock by a
+--          caller that holds the read lock (an upgrade). A field of the
+--          caller's that Redis still has is, with "r" and "w", left over
+--          from a release Redis lost (a failover) and is dropped, never
+--          taken for an upgrade. With "u", a reader field of the caller's
+--          that is gone or lapsed is a read lock lost (lease, eviction,
+--          restart): the answer is "" and nothing else changes. Only the
+--          owner's newest request can say so (ARGV[2]).
+-- ARGV[4]  lease, ms
+-- ARGV[5]  how long a waiting caller's mark lasts, ms; "0" or absent when
+--          the caller will not wait. A waiting writer's mark is its place in KEYS[2]
 --          with its intent, field i:<owner>; a waiting reader's is field
 --          m:<owner>, and raises field rw, which gives readers a turn (rt)
 --          when the writer they wait for leaves. release.lua "q" takes
 --          either back.
--- ARGV[7]  keep, ms: the last write token, and s:<owner>, outlive the lock
---          by keep at least
--- ARGV[8]  "r" when the caller holds the read lock (an upgrade), "-" when
---          it holds nothing of the lock: a field of its own that Redis
---          still has is then left over from a release Redis lost (a
---          failover) and is dropped, never taken for an upgrade. With "r"
---          and "w", a reader field of the caller's that is gone or lapsed
---          is a read lock lost (lease, eviction, restart): the answer is ""
---          and nothing else changes. Only the owner's newest request can
---          say so (ARGV[3]).
+-- ARGV[6]  keep, ms: the last write token, and s:<owner>, outlive the lock
+--          by keep at least; absent: 600000 (what every client sends)
+--
+-- The protocol version is the script's own (V): every argument costs Redis
+-- some 1 100 instructions a call, so what is the same for every caller is
+-- not sent (docs/protocol.md 6).
 --
 -- Returns an integer token >= 0 when granted (a read grant returns the last
 -- write token, 0 if none is kept); an integer -ms <= -1 when busy, ms being
@@ -38,7 +41,7 @@
 -- <KEYS[1]>:c:<owner>); a string, `other`, when
 -- the caller holds a read lock and wants the write lock while `other`, also a
 -- reader, waits to do the same: one of them must give up; the empty string
--- when the caller upgrades (ARGV[8] "r") a read lock Redis no longer has for
+-- when the caller upgrades ("u") a read lock Redis no longer has for
 -- it: that read lock was lost. Publishes only when its "-" clean-up let go
 -- of what a lost release should have, to the waiter that may now proceed.
 --
@@ -54,14 +57,20 @@
 -- Redis some 4 000 instructions, a concatenation 600). A write token is
 -- max(last + 1, TIME in µs): larger than the last one Redis keeps, and than
 -- one a failover lost (section 11 of docs/protocol.md says when).
-local hash, owner, mode = KEYS[1], ARGV[2], ARGV[4]
-local seq, held = ARGV[3], ARGV[8]
+local V, KEEP = '3', ARGV[6] or '600000'
+local hash, owner, seq, mode = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local skey = 's:' .. owner
 -- seq, checked first (a refused call changes nothing), and s: are decimal
 -- integers without leading zeros: compared by length, then as strings (no
 -- conversion to a number: exact at any size, and cheaper).
 if not string.find(seq, '^[1-9]%d*$') then
   return redis.error_reply('RWLOCK_ARGS seq must be a positive decimal integer, not ' .. seq)
+end
+-- held: what the caller holds, "-" nothing, "r" the read lock
+local held = '-'
+if mode == 'u' then mode, held = 'w', 'r'
+elseif mode ~= 'r' and mode ~= 'w' then
+  return redis.error_reply('RWLOCK_ARGS mode must be r, w or u, not ' .. tostring(mode))
 end
 local h, rkey
 if mode == 'r' then
@@ -70,18 +79,18 @@ if mode == 'r' then
 else
   h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', skey)
 end
-if h[1] and h[1] ~= ARGV[1] then
+if h[1] and h[1] ~= V then
   -- A protocol 2 lock that nobody holds or waits for is taken over, its
   -- last token kept (docs/protocol.md 2.1); any other is refused.
   local t = h[1] == '2' and not h[2] and not h[4] and h[6] and redis.call('TIME')
   if h[1] == '2' and not h[2] and not h[4] and
      (not h[6] or h[6] + 0 <= t[1] * 1000 + t[2] / 1000) then
-    redis.call('HSET', hash, 'v', ARGV[1])
+    redis.call('HSET', hash, 'v', V)
     redis.call('HDEL', hash, 'z')
-    h[1], h[6] = ARGV[1], nil
+    h[1], h[6] = V, nil
   else
     return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
-                             ', the caller speaks ' .. ARGV[1])
+                             ', the caller speaks ' .. V)
   end
 end
 local s = h[7]
@@ -121,9 +130,9 @@ local read_lost
 if held == 'r' then
   read_lost = function()
     local t = redis.call('TIME')
-    local now, keep = t[1] * 1000 + math.floor(t[2] / 1000), tonumber(ARGV[7])
+    local now, keep = t[1] * 1000 + math.floor(t[2] / 1000), tonumber(KEEP)
     local a = {hash, skey, seq}
-    if not h[1] then a[4] = 'v'; a[5] = ARGV[1] end
+    if not h[1] then a[4] = 'v'; a[5] = V end
     local grow = not h[2] and tonumber(h[5] or 0) < now + keep
     if grow then a[#a + 1] = 'x'; a[#a + 1] = now + 2 * keep end
     redis.call('HSET', unpack(a))
@@ -145,21 +154,21 @@ if not h[2] and not h[6] then
       else f = #us == 6 and t[1] .. us or t[1] .. string.sub('00000' .. us, -6) end
       -- Only what changes is written: each field costs a search of the hash.
       if not h[1] then
-        redis.call('HSET', hash, 'v', ARGV[1], 'w', owner, 'f', f, skey, seq)
+        redis.call('HSET', hash, 'v', V, 'w', owner, 'f', f, skey, seq)
       elseif h[5] and h[5] ~= '0' then
         redis.call('HSET', hash, 'w', owner, 'f', f, skey, seq, 'x', '0')
       else
         redis.call('HSET', hash, 'w', owner, 'f', f, skey, seq)
       end
-      redis.call('PEXPIRE', hash, ARGV[5])
+      redis.call('PEXPIRE', hash, ARGV[4])
       return token
     end
   else
     local t = redis.call('TIME')
     local us = t[2] + 0
     local now = t[1] * 1000 + (us - us % 1000) / 1000
-    local keep = ARGV[7] + 0
-    local e = now + ARGV[5]
+    local keep = KEEP + 0
+    local e = now + ARGV[4]
     -- The hash lives at least keep past every lease in it: until x.
     local x = (not h[5] or h[5] - keep < e) and e + 2 * keep
     local a
@@ -172,7 +181,7 @@ if not h[2] and not h[6] then
     elseif h[1] then                  -- the first reader
       a = {hash, skey, seq, rkey, e, 'n', 1, 'rm', e}
     else                              -- ... of a new hash
-      a = {hash, 'v', ARGV[1], skey, seq, rkey, e, 'n', 1, 'rm', e}
+      a = {hash, 'v', V, skey, seq, rkey, e, 'n', 1, 'rm', e}
     end
     if x then a[#a + 1] = 'x'; a[#a + 1] = x end
     redis.call('HSET', unpack(a))
@@ -193,18 +202,18 @@ local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey, mke
 local t = redis.call('TIME')
 local sec, us = tonumber(t[1]), tonumber(t[2])
 local now = sec * 1000 + math.floor(us / 1000)
-local lease, mark, keep = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local lease, mark, keep = tonumber(ARGV[4]), tonumber(ARGV[5] or 0), tonumber(KEEP)
 local writer = h[2]                               -- present: it holds
 local n, rm, x, z = tonumber(h[4] or 0), tonumber(g[1] or 0), tonumber(h[5] or 0), h[6]
 local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
 local myread, myintent = tonumber(g[7] or 0), g[6] and tonumber(g[6])
 
--- An upgrade (ARGV[8] "r") whose reader field is gone or lapsed: the read
+-- An upgrade ("u") whose reader field is gone or lapsed: the read
 -- lock was lost (its lease ran out, or Redis lost it). Said so, and nothing
 -- changes: never granted as if the read had been held throughout. The
 -- caller reports the loss and, if it still wants the lock, asks again
 -- holding nothing ("-").
-if held == 'r' and mode ~= 'r' and writer ~= owner and myread <= now then
+if held == 'r' and writer ~= owner and myread <= now then
   return read_lost()
 end
 
@@ -225,7 +234,7 @@ local function commit()
   elseif z then
     put('z', false)
   end
-  if not h[1] then put('v', ARGV[1]) end
+  if not h[1] then put('v', V) end
   local set, del = {}, {}
   for k, v in pairs(upd) do
     if v then set[#set + 1] = k; set[#set + 1] = v else del[#del + 1] = k end

@@ -1,18 +1,17 @@
 -- rwlock protocol 3: release a lock, keep only its read part, or stop waiting.
 --
 -- KEYS     as acquire.lua
--- ARGV[1]  protocol version ("3")
--- ARGV[2]  owner
--- ARGV[3]  seq, as in acquire.lua: a release that is not its owner's newest
+-- ARGV[1]  owner
+-- ARGV[2]  seq, as in acquire.lua: a release that is not its owner's newest
 --          request here is stale (an RWLOCK_STALE error reply, nothing
 --          changed); else seq becomes s:<owner>, even where the owner held
 --          nothing (the hash is then made, to live keep ms: a request of
 --          the owner's still in flight arrives stale)
--- ARGV[4]  what the owner keeps: "" nothing; "r" a read lock (a writer
---          downgrading); "q" everything: it only stops waiting (withdraws
---          its writer's intent, or its waiting reader's mark)
--- ARGV[5]  lease of the kept read lock, ms
--- ARGV[6]  keep, ms, as in acquire.lua
+-- ARGV[3]  what the owner keeps: "" or absent nothing; "r" a read lock (a
+--          writer downgrading); "q" everything: it only stops waiting
+--          (withdraws its writer's intent, or its waiting reader's mark)
+-- ARGV[4]  lease of the kept read lock, ms ("r" only)
+-- ARGV[5]  keep, ms, as in acquire.lua; absent: 600000
 --
 -- Returns 1 when the owner held what it released, 0 when its hold had already
 -- been lost (lease expired, or the data set was lost). "q" always returns 1.
@@ -28,8 +27,9 @@
 -- READER_TURN_MS): new writers wait until the readers that came in are done
 -- or the turn runs out, so neither side starves.
 local READER_TURN_MS = 100
-local hash, owner, keeps = KEYS[1], ARGV[2], ARGV[4]
-local seq, skey = ARGV[3], 's:' .. owner
+local V, KEEP = '3', ARGV[5] or '600000'     -- the version: as in acquire.lua
+local hash, owner, seq, keeps = KEYS[1], ARGV[1], ARGV[2], ARGV[3] or ''
+local skey = 's:' .. owner
 local rkey = 'r:' .. owner
 -- seq, checked first (a refused call changes nothing), and s: are decimal
 -- integers without leading zeros: compared by length, then as strings (no
@@ -39,17 +39,17 @@ if not string.find(seq, '^[1-9]%d*$') then
 end
 
 local h = redis.call('HMGET', hash, 'v', 'w', 'z', rkey, 'n', skey)
-if h[1] and h[1] ~= ARGV[1] then
+if h[1] and h[1] ~= V then
   -- As in acquire.lua: a free protocol 2 lock is taken over.
   local t = h[1] == '2' and not h[2] and not h[5] and h[3] and redis.call('TIME')
   if h[1] == '2' and not h[2] and not h[5] and
      (not h[3] or h[3] + 0 <= t[1] * 1000 + t[2] / 1000) then
-    redis.call('HSET', hash, 'v', ARGV[1])
+    redis.call('HSET', hash, 'v', V)
     redis.call('HDEL', hash, 'z')
-    h[1], h[3] = ARGV[1], nil
+    h[1], h[3] = V, nil
   else
     return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
-                             ', the caller speaks ' .. ARGV[1])
+                             ', the caller speaks ' .. V)
   end
 end
 local s = h[6]
@@ -66,7 +66,7 @@ if keeps == '' and not h[3] then
     -- The hash, and the last token in it, now stays for keep.
     redis.call('HDEL', hash, 'w')
     redis.call('HSET', hash, skey, seq)
-    redis.call('PEXPIRE', hash, ARGV[6])
+    redis.call('PEXPIRE', hash, KEEP)
     return 1
   end
   if h[4] and not h[2] then
@@ -91,7 +91,7 @@ local queue, ikey, mkey = KEYS[2], 'i:' .. owner, 'm:' .. owner
 local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, 'x', mkey, 'mc')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local keep = tonumber(ARGV[6])
+local keep = tonumber(KEEP)
 local writer = h[2]                               -- present: it holds
 local n, rm, x, z = tonumber(h[5] or 0), tonumber(g[1] or 0), tonumber(g[7] or 0), h[3]
 local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
@@ -99,7 +99,7 @@ local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(
 local upd, ttl = {}, nil
 local function put(k, v) upd[k] = v end          -- v false: delete the field
 put(skey, seq)                                    -- whatever it finds
-if not h[1] then put('v', ARGV[1]); ttl = keep end   -- nothing here: a record
+if not h[1] then put('v', V); ttl = keep end   -- nothing here: a record
 
 local held, changed, left_reader = 0, false, false
 if g[6] then                                      -- withdraw the intent
@@ -142,7 +142,7 @@ else
     changed, left_reader = true, true
   end
   if keeps == 'r' and held == 1 and not writer then
-    local e = now + tonumber(ARGV[5])
+    local e = now + tonumber(ARGV[4])
     put(rkey, e)
     n = n + 1
     if n == 1 or e < rm then rm = e end           -- no reader's lease ends before rm

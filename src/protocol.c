@@ -332,10 +332,18 @@ proto_is_str(redisReply *r)
 	return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS;
 }
 
+/*
+ * acquire.lua's ARGV[3]: what is asked, and whether the session holds the
+ * read lock already ("u", an upgrade); "r" and "w" say it holds nothing of
+ * the lock (a field of its own that Redis still has is left over from a
+ * release Redis lost, and is dropped).
+ */
 static const char *
-proto_mode_arg(RwMode mode)
+proto_mode_arg(RwMode mode, RwMode held_mode)
 {
-	return mode == RW_WRITE ? "w" : "r";
+	if (mode != RW_WRITE)
+		return "r";
+	return held_mode == RW_READ ? "u" : "w";
 }
 
 static const char *
@@ -366,19 +374,22 @@ rw_proto_acquire_send(RwConn *conn, const RwKeys *keys, RwMode mode,
 					  RwAcquireCall *c, RwError *err)
 {
 	/*
-	 * What the session holds goes with it: a reader field of ours that Redis
-	 * has and we do not hold (a release lost in a failover) is then dropped,
-	 * not taken for an upgrade.
+	 * What the session holds goes with the mode: a reader field of ours that
+	 * Redis has and we do not hold (a release lost in a failover) is then
+	 * dropped, not taken for an upgrade. A try that will not wait leaves the
+	 * mark out, and every call leaves keep out (the script's default is
+	 * RW_KEEP_TOKEN_MS): each argument costs Redis CPU.
 	 */
-	const char *args[8] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->seq,
-		proto_mode_arg(mode), c->lease, c->intent, c->keep,
-	held_mode == RW_READ ? "r" : "-"};
+	const char *args[5] = {rw_owner_id(), c->seq,
+		proto_mode_arg(mode, held_mode), c->lease, c->intent};
 
+	StaticAssertStmt(RW_KEEP_TOKEN_MS == 600000,
+					 "acquire.lua's default keep is 600000 ms");
 	snprintf(c->seq, sizeof(c->seq), UINT64_FORMAT, rw_proto_seq_next());
 	snprintf(c->lease, sizeof(c->lease), "%d", lease_ms);
 	snprintf(c->intent, sizeof(c->intent), "%d", intent_ms);
-	snprintf(c->keep, sizeof(c->keep), "%d", RW_KEEP_TOKEN_MS);
-	proto_prepare(&c->call, RW_SCRIPT_ACQUIRE, keys, 8, args);
+	proto_prepare(&c->call, RW_SCRIPT_ACQUIRE, keys, intent_ms > 0 ? 5 : 4,
+				  args);
 	/* WAIT, if asked for, follows the script in the same round trip. */
 	return rw_script_send(conn, &c->call, 1, rw_wait_replicas, err);
 }
@@ -483,13 +494,12 @@ rw_proto_acquire_many_send(RwConn *conn, RwKeys *const *keys, int n,
 	for (int i = 0; i < n; i++)
 	{
 		RwAcquireCall *c = &b->c[i];
-		const char *args[8] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->seq,
-			proto_mode_arg(mode), c->lease, "0", c->keep, "-"};
+		const char *args[4] = {rw_owner_id(), c->seq,
+			proto_mode_arg(mode, RW_NONE), c->lease};
 
 		snprintf(c->seq, sizeof(c->seq), UINT64_FORMAT, rw_proto_seq_next());
 		snprintf(c->lease, sizeof(c->lease), "%d", lease_ms);
-		snprintf(c->keep, sizeof(c->keep), "%d", RW_KEEP_TOKEN_MS);
-		proto_prepare(&b->calls[i], RW_SCRIPT_ACQUIRE, keys[i], 8, args);
+		proto_prepare(&b->calls[i], RW_SCRIPT_ACQUIRE, keys[i], 4, args);
 	}
 	err->maybe_sent = false;
 	return rw_script_send(conn, b->calls, n, replicas, err);	/* maybe_sent:
@@ -571,13 +581,13 @@ rw_proto_fence_many_send(RwConn *conn, RwKeys *const *keys,
 	for (int i = 0; i < n; i++)
 	{
 		RwAcquireCall *c = &b->c[i];
-		const char *args[4] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->seq, c->lease};
+		const char *args[3] = {rw_owner_id(), c->seq, c->lease};
 
 		snprintf(c->seq, sizeof(c->seq), UINT64_FORMAT, rw_proto_seq_now());
 		snprintf(c->lease, sizeof(c->lease), INT64_FORMAT, tokens[i]);
 		rw_script_prepare(&b->calls[i], RW_SCRIPT_FENCE, 1,
 						  (const char *const *) keys[i]->key, keys[i]->len,
-						  4, args);
+						  3, args);
 	}
 	err->maybe_sent = false;
 	return rw_script_send(conn, b->calls, n, 0, err);
@@ -616,12 +626,12 @@ bool
 rw_proto_fence_send(RwConn *conn, const RwKeys *keys, int64 token,
 					RwAcquireCall *c, RwError *err)
 {
-	const char *args[4] = {RW_PROTOCOL_VERSION, rw_owner_id(), c->seq, c->lease};
+	const char *args[3] = {rw_owner_id(), c->seq, c->lease};
 
 	snprintf(c->seq, sizeof(c->seq), UINT64_FORMAT, rw_proto_seq_now());
 	snprintf(c->lease, sizeof(c->lease), INT64_FORMAT, token);
 	rw_script_prepare(&c->call, RW_SCRIPT_FENCE, 1,
-					  (const char *const *) keys->key, keys->len, 4, args);
+					  (const char *const *) keys->key, keys->len, 3, args);
 	return rw_script_send(conn, &c->call, 1, 0, err);
 }
 
@@ -641,22 +651,22 @@ rw_proto_collect_held(RwConn *conn, RwAcquireCall *c, RwError *err)
 }
 
 /*
- * The arguments of release.lua after its keys, as request seqno; bufs must
- * outlive args.
+ * The arguments of release.lua after its keys, as request seqno, and how
+ * many: a plain release sends only the owner and seq, a withdrawal ("q")
+ * what it keeps, a downgrade ("r") the kept read lock's lease too (keep is
+ * the script's default, RW_KEEP_TOKEN_MS). bufs must outlive args.
  */
-static void
+static int
 proto_release_args(RwKeep keep, int lease_ms, uint64 seqno, const char **args,
-				   char *seq, char *lease, char *keeptoken)
+				   char *seq, char *lease)
 {
 	snprintf(seq, 24, UINT64_FORMAT, seqno);
 	snprintf(lease, 16, "%d", lease_ms);
-	snprintf(keeptoken, 16, "%d", RW_KEEP_TOKEN_MS);
-	args[0] = RW_PROTOCOL_VERSION;
-	args[1] = rw_owner_id();
-	args[2] = seq;
-	args[3] = proto_keep_arg(keep);
-	args[4] = lease;
-	args[5] = keeptoken;
+	args[0] = rw_owner_id();
+	args[1] = seq;
+	args[2] = proto_keep_arg(keep);
+	args[3] = lease;
+	return keep == RW_KEEP_READ ? 4 : keep == RW_KEEP_ALL ? 3 : 2;
 }
 
 /*
@@ -689,12 +699,13 @@ rw_proto_release_as(RwConn *conn, const RwKeys *keys, const char *owner,
 					uint64 seq, RwKeep keep, RwError *err)
 {
 	RwAcquireCall c;
-	const char *args[6];
-	int			held;
+	const char *args[4];
+	int			held,
+				nargs;
 
-	proto_release_args(keep, 0, seq, args, c.seq, c.lease, c.keep);
-	args[1] = owner;
-	proto_prepare(&c.call, RW_SCRIPT_RELEASE, keys, 6, args);
+	nargs = proto_release_args(keep, 0, seq, args, c.seq, c.lease);
+	args[0] = owner;
+	proto_prepare(&c.call, RW_SCRIPT_RELEASE, keys, nargs, args);
 	if (!rw_script_send(conn, &c.call, 1, 0, err))
 		return -1;
 	held = rw_proto_collect_held(conn, &c, err);
@@ -713,11 +724,12 @@ bool
 rw_proto_release_send(RwConn *conn, const RwKeys *keys, RwKeep keep,
 					  int lease_ms, RwAcquireCall *c, RwError *err)
 {
-	const char *args[6];
+	const char *args[4];
+	int			nargs;
 
-	proto_release_args(keep, lease_ms, rw_proto_seq_next(), args, c->seq,
-					   c->lease, c->keep);
-	proto_prepare(&c->call, RW_SCRIPT_RELEASE, keys, 6, args);
+	nargs = proto_release_args(keep, lease_ms, rw_proto_seq_next(), args,
+							   c->seq, c->lease);
+	proto_prepare(&c->call, RW_SCRIPT_RELEASE, keys, nargs, args);
 	return rw_script_send(conn, &c->call, 1, 0, err);
 }
 
@@ -731,14 +743,14 @@ rw_proto_release_append(RwConn *conn, const RwKeys *keys, RwKeep keep,
 						int lease_ms, void *tag)
 {
 	char		seq[24],
-				lease[16],
-				keeptoken[16];
-	const char *args[6];
+				lease[16];
+	const char *args[4];
 	RwScriptCall call;
+	int			nargs;
 
-	proto_release_args(keep, lease_ms, rw_proto_seq_next(), args, seq, lease,
-					   keeptoken);
-	proto_prepare(&call, RW_SCRIPT_RELEASE, keys, 6, args);
+	nargs = proto_release_args(keep, lease_ms, rw_proto_seq_next(), args, seq,
+							   lease);
+	proto_prepare(&call, RW_SCRIPT_RELEASE, keys, nargs, args);
 	rw_script_append_eval(conn, &call, tag);
 }
 
@@ -787,17 +799,15 @@ rw_proto_renew_send(RwConn *conn, RwKeys **keys, const char *const *owners,
 	rc->calls = palloc(sizeof(RwScriptCall) * n);
 	rc->leases = palloc(16 * n);
 	rc->seqs = palloc(24 * n);
-	snprintf(rc->keeptoken, sizeof(rc->keeptoken), "%d", RW_KEEP_TOKEN_MS);
 	for (int i = 0; i < n; i++)
 	{
-		const char *args[5] = {RW_PROTOCOL_VERSION,
-			owners ? owners[i] : rw_owner_id(), rc->seqs + 24 * i,
-		rc->leases + 16 * i, rc->keeptoken};
+		const char *args[3] = {owners ? owners[i] : rw_owner_id(),
+			rc->seqs + 24 * i, rc->leases + 16 * i};
 
 		snprintf(rc->seqs + 24 * i, 24, UINT64_FORMAT,
 				 owners ? seqs[i] : rw_proto_seq_now());
 		snprintf(rc->leases + 16 * i, 16, "%d", lease_ms[i]);
-		proto_prepare(&rc->calls[i], RW_SCRIPT_RENEW, keys[i], 5, args);
+		proto_prepare(&rc->calls[i], RW_SCRIPT_RENEW, keys[i], 3, args);
 	}
 	if (rw_script_send(conn, rc->calls, n, rw_wait_replicas, err))
 		return true;

@@ -493,7 +493,6 @@ typedef struct RwAcquireCall
 	char		seq[24];		/* the owner's request sequence number */
 	char		lease[24];		/* fence.lua: the token */
 	char		intent[16];
-	char		keep[16];
 } RwAcquireCall;
 
 struct pg_atomic_uint64;
@@ -568,7 +567,6 @@ typedef struct RwRenewCall
 	RwScriptCall *calls;
 	char	   *leases;
 	char	   *seqs;
-	char		keeptoken[16];
 } RwRenewCall;
 
 extern bool rw_proto_renew_send(RwConn *conn, RwKeys **keys,

@@ -113,7 +113,7 @@ PY
 log "== $WAITERS waiters behind a client's holder, deadlock_timeout 1 s"
 body=$(cat lua/acquire.lua)
 redis-cli -p "$p" EVAL "$body" 2 'bench:{bench_many}' 'bench:{bench_many}:q' \
-  3 py:bench-holder 1 w 600000 0 600000 - >/dev/null
+  py:bench-holder 1 w 600000 >/dev/null
 printf '%s\n' "SET deadlock_timeout = '1s';" "SET lock_timeout = '$((WINDOW + 25))s';" \
   "SELECT redis_wlock('bench_many');" >"$WORK/many.sql"
 pgbench -n -c "$WAITERS" -j 2 -t 1 -f "$WORK/many.sql" >/dev/null 2>&1 &

@@ -8,8 +8,9 @@ processCommand, outside the time INFO commandstats gives the command; so
 this measures the server's CPU (INFO cpu, used_cpu_user + used_cpu_sys) over
 N pipelined calls, the lock being free (release.lua's fast path: what a
 COMMIT of an uncontended _xact lock costs Redis). Protocol 3: each call
-carries the next seq of one owner (ARGV[3], docs/protocol.md 4.1), which
-the release records (s:<owner>) as a COMMIT's does.
+carries the next seq of one owner (ARGV[2], docs/protocol.md 4.1), which
+the release records (s:<owner>) as a COMMIT's does; like the extension's
+plain release, it sends owner and seq only (the lean calling convention).
 
   release.lua, EVAL of the file as written (comments and all)
   release.lua, EVAL of the body the extension embeds (tools/embed_lua.pl:
@@ -72,7 +73,7 @@ def main():
     seq = itertools.count(1)
 
     def args():
-        return (2, "bench:{e}", "bench:{e}:q", "3", owner, next(seq), "", 0, 600000)
+        return (2, "bench:{e}", "bench:{e}:q", owner, next(seq))
 
     cases = [
         ("EVAL, the file (%d bytes)" % len(full), ("EVAL", full)),

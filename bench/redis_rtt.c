@@ -216,30 +216,25 @@ main(int argc, char **argv)
 		for (int i = 0; i < 2; i++)
 			a1[n1++] = a2[n2++] = keys[i];
 		/*
-		 * The arguments protocol.c sends (protocol 3). The seq (ARGV[3])
-		 * grows with every call, as an owner's must: one that did not would
-		 * be answered RWLOCK_STALE. The owner id is new each run, so a
-		 * record left by an earlier run (s:<owner>, kept 10 minutes) is not
-		 * in the way.
+		 * The arguments protocol.c sends (protocol 3, the lean calling
+		 * convention): a blocking write lock (owner, seq, mode, lease, mark;
+		 * keep left to the script's default) and a plain release (owner,
+		 * seq). The seq (ARGV[2]) grows with every call, as an owner's
+		 * must: one that did not would be answered RWLOCK_STALE. The owner
+		 * id is new each run, so a record left by an earlier run
+		 * (s:<owner>, kept 10 minutes) is not in the way.
 		 */
 		static char owner[64];
 
 		snprintf(owner, sizeof(owner), "bench-rtt:%d:%ld", (int) getpid(),
 				 (long) time(NULL));
-		a1[n1++] = "3";
 		a1[n1++] = owner;
 		a1[n1++] = acq_seq;
 		a1[n1++] = "w";
 		a1[n1++] = "30000";
 		a1[n1++] = "2000";
-		a1[n1++] = "600000";
-		a1[n1++] = "-";
-		a2[n2++] = "3";
 		a2[n2++] = owner;
 		a2[n2++] = rel_seq;
-		a2[n2++] = "";
-		a2[n2++] = "30000";
-		a2[n2++] = "600000";
 	}
 	else
 	{

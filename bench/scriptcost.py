@@ -51,6 +51,13 @@ def version_of(body):
     return m.group(1) if m else "1"
 
 
+def lean(body):
+    """Protocol 3's lean calling convention (owner and seq first, the version
+    the script's own): every acquire.lua since it; the ones before said
+    "ARGV[1]  protocol version" in their header."""
+    return not re.search(r"^-- ARGV\[1\]\s+protocol version", body, re.M)
+
+
 class Case:
     batch = 100
 
@@ -106,7 +113,7 @@ class Rwlock(Case):
         super().__init__(r, key, pairs)
         self.mode = mode
         acq, rel = read(os.path.join(lua, "acquire.lua")), read(os.path.join(lua, "release.lua"))
-        self.v = version_of(acq)
+        self.v, self.lean = version_of(acq), lean(acq)
         self.acq, self.rel = r.script_load(acq), r.script_load(rel)
         k = "cost:{%s}" % key
         # protocol 1 took three keys (hash, readers, intents), 2 takes two
@@ -123,9 +130,17 @@ class Rwlock(Case):
                       self.mode, 30000, 2000, 600000)
             p.evalsha(self.rel, len(self.keys), *self.keys, self.v, o, "", 0, 600000)
             return
-        # protocol 3: the owner's request sequence, and "-" as the extension
-        # sends it (it holds nothing of the lock)
         self.seq += 2
+        if self.lean:
+            # as the extension sends them: owner, seq, mode, lease and the
+            # mark of a blocking acquisition; owner and seq to release
+            p.evalsha(self.acq, len(self.keys), *self.keys, o, self.seq - 1,
+                      self.mode, 30000, 2000)
+            p.evalsha(self.rel, len(self.keys), *self.keys, o, self.seq)
+            return
+        # protocol 3 before the lean convention: the version first, the
+        # owner's request sequence, and "-" as the extension sent it (it
+        # holds nothing of the lock)
         p.evalsha(self.acq, len(self.keys), *self.keys, self.v, o, self.seq - 1,
                   self.mode, 30000, 2000, 600000, "-")
         p.evalsha(self.rel, len(self.keys), *self.keys, self.v, o, self.seq, "", 0, 600000)

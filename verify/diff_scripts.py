@@ -64,13 +64,12 @@ def ms(ticks):
     return ticks * TICK_MS - TICK_MS // 2 if ticks else 0
 
 
-KEEP_MS = 600000
+KEEP_MS = 600000                     # the scripts' default keep: never sent
 N = 3
 OWNERS = ["o%d" % i for i in range(N)]
 HASH, QUEUE = "rw:{a}", "rw:{a}:q"
 NEWTOK = "new"
 STALE = ("stale",)                   # the answer RWLOCK_STALE: nothing changed
-VERSION = "3"
 
 
 def TV(k):
@@ -119,7 +118,7 @@ class Lock:
 
     # ---------------------------------------------------------------- acquire
     def acquire(self, cc, mode, mk, seq):
-        """acquire.lua with seq and ARGV[8] "-": STALE when seq is not above
+        """acquire.lua with seq, mode "r" or "w" (the caller holds nothing): STALE when seq is not above
         s:<cc> (nothing changes); else ("granted", token) or ("busy",
         hint), and seq becomes s:<cc> whatever the answer."""
         if self.s[cc] is not None and seq <= self.s[cc]:
@@ -161,8 +160,8 @@ class Lock:
                 cleaned = True
             L["myread"] = 0
             g7 = False
-        # "-" too: a writer field of the caller's is left over (F3 of
-        # verify/FINDINGS.md, fixed in acquire.lua): it goes, f stays.
+        # Holding nothing, a writer field of the caller's is left over too
+        # (F3 of verify/FINDINGS.md, fixed in acquire.lua): it goes, f stays.
         if S.w == cc:
             S.w, S.wl = None, 0
             cleaned = True
@@ -441,16 +440,20 @@ class Real:
                 return STALE
             raise
 
+    # The lean calling convention, as the clients send it: owner and seq
+    # first, the version the script's own; mark only when the caller waits,
+    # keep never (its default is KEEP_MS).
     def acquire(self, cc, mode, mk, seq):
-        return self.call("acquire", [VERSION, OWNERS[cc], seq, mode, ms(LEASE), ms(mk),
-                                     KEEP_MS, "-"])
+        args = [OWNERS[cc], seq, mode, ms(LEASE)]
+        if mk:
+            args.append(ms(mk))
+        return self.call("acquire", args)
 
     def release(self, cc, kq, seq):
-        return self.call("release", [VERSION, OWNERS[cc], seq, "q" if kq else "", ms(LEASE),
-                                     KEEP_MS])
+        return self.call("release", [OWNERS[cc], seq, "q"] if kq else [OWNERS[cc], seq])
 
     def renew(self, cc, seq):
-        return self.call("renew", [VERSION, OWNERS[cc], seq, ms(LEASE), KEEP_MS])
+        return self.call("renew", [OWNERS[cc], seq, ms(LEASE)])
 
     def told(self):
         got = set()

@@ -41,7 +41,8 @@
  *   any moment (an over-approximation: Redis waits keep longer).  The
  *   version field v (always 3) and the take-over of protocol 2 hashes.
  *   Upgrades (u) and downgrades (keep "r"): the clients here hold nothing
- *   when they acquire, and say so with ARGV[8] = "-" as the extension does.
+ *   when they acquire, and say so with mode "r" or "w" (ARGV[3]; not "u")
+ *   as the extension does.
  *   Stacking (the client's own counts) and the try forms without a wait
  *   (mark 0).  Seqs are kept as ranks (normseq): only their order matters.
  *
@@ -351,7 +352,7 @@ inline commit_z(S, a, b, c)
 }
 
 /* ------------------------------------------------------------------ */
-/* acquire.lua, for caller cc, mode mm, mark mk (ARGV[8] = "-")        */
+/* acquire.lua: caller cc, mode mm ("r"/"w": holds nothing), mark mk  */
 /* out: res 1 granted (tokr: NEWTOK or the rank returned), 0 busy     */
 /* (hint: ticks)                                                      */
 
@@ -532,7 +533,7 @@ inline acq_body(S)
 		ln = S.n; lrm = S.rm; lqe = S.qe; lrt = S.rt; lrw = S.rw;
 		myread = S.r[cc]; myint = S.in[cc];
 		g7 = (S.r[cc] > 0); g6 = (S.in[cc] > 0);
-		/* ARGV[8] "-": a reader field of the caller's is left over */
+		/* holding nothing: a reader field of the caller's is left over */
 		if
 		:: S.r[cc] > 0 ->
 			S.r[cc] = 0;

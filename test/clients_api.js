@@ -294,8 +294,8 @@ async function stale(admin) {
     // A copy of the acquisition's request, as a release, arriving late.
     const before = await state();
     const k = [hash, queue];
-    const late = await r.evalsha(locks.scripts.release.sha, 2, ...k, rw.PROTOCOL_VERSION, a.owner, seq,
-      '', 0, rw.KEEP_TOKEN_MS).then(() => null, (e) => e);
+    const late = await r.evalsha(locks.scripts.release.sha, 2, ...k, a.owner, seq)
+      .then(() => null, (e) => e);
     check('a late release (an older request number) is refused RWLOCK_STALE',
       late && /^RWLOCK_STALE /.test(late.message), String(late));
     check('and changes nothing: the write lock stays held', (await state()) === before &&
@@ -324,7 +324,7 @@ async function stale(admin) {
     let crossed = null;
     locks._eval = async function (script, keys, args) {
       if (script === 'renew' && crossed === null) {
-        crossed = Number(args[2]);
+        crossed = Number(args[1]);
         const x = locks.writeLock('api:stale-x');
         await x.acquire(1000); // the counter moves on
         await x.release();

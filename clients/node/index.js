@@ -19,7 +19,7 @@ const { performance } = require('perf_hooks');
 
 const PROTOCOL_VERSION = '3';
 const INTENT_MS = 2000; // a waiting caller's mark, as the SQL side
-const KEEP_TOKEN_MS = 600000; // how long a free lock keeps its last write token
+const KEEP_TOKEN_MS = 600000; // how long a free lock keeps its last write token (the scripts' default: never sent)
 const NAME_MAX = 1024; // bytes: the longest name the SQL side accepts
 const POLL_MS = 50; // sleep between tries when subscribing failed
 // A try with little or no wait still gives Redis this long to answer (a
@@ -34,9 +34,28 @@ const WALK_OWNERS = 64; // owners a deadlock walk visits at most (docs/protocol.
 const WALK_DEPTH = 32; // the longest cycle it looks for
 const WALK_CONFIRM_MS = 100; // a cycle awaiting signs of life is walked again this soon (C's DL_CONFIRM_MS)
 const WALK_LIFE_STALE_MS = INTENT_MS / 2; // a look at them older than this is taken afresh
-// acquire.lua ARGV[8]: what the caller already holds of the name.
-const HOLDS_READ = 'r'; // its read lock: an upgrade
-const HOLDS_NOTHING = '-'; // nothing: a read field of this owner left in Redis is stale
+// acquire.lua ARGV[3], the mode, of a caller that holds the read lock and
+// asks for the write lock (an upgrade); 'r' and 'w' say it holds nothing (a
+// field of its own left in Redis is stale).
+const MODE_UPGRADE = 'u';
+
+// The four request scripts take what differs from their defaults only
+// (docs/protocol.md 6: every argument costs Redis some 1 100 instructions a
+// call): no version (theirs), no keep (KEEP_TOKEN_MS is their default), no
+// mark when the caller will not wait.
+function acquireArgs(owner, seq, mode, leaseMs, intentMs, upgrade) {
+  const args = [owner, seq, upgrade ? MODE_UPGRADE : mode, leaseMs];
+  if (intentMs) args.push(intentMs);
+  return args;
+}
+
+/** keep '': a plain release; 'q': a withdrawal; 'r': a downgrade to the
+ *  read lock, with its lease. */
+function releaseArgs(owner, seq, keep, leaseMs) {
+  if (keep === '') return [owner, seq];
+  if (keep === 'r') return [owner, seq, keep, leaseMs];
+  return [owner, seq, keep];
+}
 
 // -- errors: the same names and meanings as the Python client's -------------
 
@@ -753,8 +772,7 @@ class Locks {
   }
 
   async _acquire(name, owner, mode, leaseMs, intentMs, upgrade) {
-    const args = () => [PROTOCOL_VERSION, owner, nextSeq(), mode, leaseMs, intentMs,
-      KEEP_TOKEN_MS, upgrade ? HOLDS_READ : HOLDS_NOTHING];
+    const args = () => acquireArgs(owner, nextSeq(), mode, leaseMs, intentMs, upgrade);
     const owed = [...(this.owed.get(name) || new Map())];
     const wait = this.waitReplicas > 0;
     let reply;
@@ -764,7 +782,7 @@ class Locks {
       // with a new number (a copy of the first, if it arrives late, changes
       // nothing).
       const calls = () => [...owed.map(([o, [keep, lm]]) =>
-        ['release', [PROTOCOL_VERSION, o, nextSeq(), keep, lm, KEEP_TOKEN_MS]]), ['acquire', args()]];
+        ['release', releaseArgs(o, nextSeq(), keep, lm)]), ['acquire', args()]];
       let results;
       [results, acks] = await this._pipeline(name, calls, wait);
       // An owed release answered stale ran before (its first copy) or
@@ -795,7 +813,7 @@ class Locks {
     let held;
     try {
       held = Number(await this._run('release', name,
-        [PROTOCOL_VERSION, owner, nextSeq(), keep, leaseMs, KEEP_TOKEN_MS]));
+        releaseArgs(owner, nextSeq(), keep, leaseMs)));
     } catch (e) {
       if (!(e instanceof ProtocolVersionError) && !(e instanceof StaleRequestError)) {
         if (!this.owed.has(name)) this.owed.set(name, new Map());
@@ -945,7 +963,7 @@ class Locks {
   async _renew(name, owner, leaseMs) {
     for (;;) {
       const seq = lastSeq;
-      const args = [PROTOCOL_VERSION, owner, seq, leaseMs, KEEP_TOKEN_MS];
+      const args = [owner, seq, leaseMs];
       try {
         if (this.waitReplicas > 0) {
           const [[[e, held]]] = await this._pipeline(name, () => [['renew', args]], true);

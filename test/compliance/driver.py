@@ -1029,28 +1029,28 @@ class Suite:
             except redis.exceptions.ResponseError as e:
                 return str(e)
 
-        t1 = r1.eval(acquire, 2, hkey, qkey, "3", owner, 10, "w", 30000, 0, 600000, "-")
+        t1 = r1.eval(acquire, 2, hkey, qkey, owner, 10, "w", 30000)
         check("a raw acquisition (seq 10) is granted", t1 > 0)
         check("its release (seq 12) frees the lock", r1.eval(
-            release, 2, hkey, qkey, "3", owner, 12, "", 0, 600000) == 1)
+            release, 2, hkey, qkey, owner, 12) == 1)
         before = state()
-        msg = stale_reply(lambda: r2.eval(acquire, 2, hkey, qkey, "3", owner, 11, "w",
-                                          30000, 0, 600000, "-"))
+        msg = stale_reply(lambda: r2.eval(acquire, 2, hkey, qkey, owner, 11, "w",
+                                          30000))
         check("an acquisition with an older seq (11), arriving late on another connection, "
               "is answered RWLOCK_STALE", msg.startswith("RWLOCK_STALE") and
               "request 11" in msg and "not newer than 12" in msg, msg)
         check("  and changes nothing", state() == before and self.r.zcard(qkey) == 0,
               "%s -> %s" % (before, state()))
-        msg = stale_reply(lambda: r2.eval(acquire, 2, hkey, qkey, "3", owner, 12, "r",
-                                          30000, 0, 600000, "-"))
+        msg = stale_reply(lambda: r2.eval(acquire, 2, hkey, qkey, owner, 12, "r",
+                                          30000))
         check("  the same seq again too", msg.startswith("RWLOCK_STALE") and state() == before,
               msg)
-        msg = stale_reply(lambda: r2.eval(renew, 2, hkey, qkey, "3", owner, 11, 30000, 600000))
+        msg = stale_reply(lambda: r2.eval(renew, 2, hkey, qkey, owner, 11, 30000))
         check("a renewal as of an older seq is answered RWLOCK_STALE",
               msg.startswith("RWLOCK_STALE") and state() == before, msg)
         check("SQL gets the lock", q(self.s1, "SELECT redis_try_wlock(%s)", name) is True)
         before = state()
-        msg = stale_reply(lambda: r2.eval(release, 2, hkey, qkey, "3", owner, 11, "", 0, 600000))
+        msg = stale_reply(lambda: r2.eval(release, 2, hkey, qkey, owner, 11))
         check("a late release changes nothing either (SQL still holds)",
               msg.startswith("RWLOCK_STALE") and state() == before and
               q(self.s2, "SELECT redis_try_rlock(%s)", name) is False, msg)
@@ -1059,7 +1059,7 @@ class Suite:
         # The client: another process runs newer requests of its owner id.
         lk = self.a.lock(name, "w")
         big = 2 ** 52
-        t2 = r1.eval(acquire, 2, hkey, qkey, "3", lk.owner, big, "w", 30000, 0, 600000, "-")
+        t2 = r1.eval(acquire, 2, hkey, qkey, lk.owner, big, "w", 30000)
         before = state()
         try:
             lk.try_()
@@ -1070,12 +1070,12 @@ class Suite:
                   "error", e.kind == "stale" and "RWLOCK_STALE" in str(e), str(e))
         check("  and changes nothing", state() == before and self.info(name)["token"] == t2,
               "%s -> %s" % (before, state()))
-        r1.eval(release, 2, hkey, qkey, "3", lk.owner, big + 1, "", 0, 600000)
+        r1.eval(release, 2, hkey, qkey, lk.owner, big + 1)
         name2 = self.name("stale2")
         hkey2, qkey2 = lock_keys(name2)[:2]
         held = self.a.lock(name2, "r")
         held.acquire(1)
-        r1.eval(release, 2, hkey2, qkey2, "3", held.owner, big, "", 0, 600000)
+        r1.eval(release, 2, hkey2, qkey2, held.owner, big)
         try:
             held.release()
             check("the client's release, older than its owner's newest, raises its stale "

@@ -13,21 +13,24 @@ import time
 from typing import Callable, Dict, Generator, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
-# The protocol this client speaks; sent as ARGV[1] of every script and checked
-# against the header ("-- rwlock protocol N: ...") of each script loaded.
+# The protocol this client speaks; checked against the header ("-- rwlock
+# protocol N: ...") of each script loaded, and sent as ARGV[1] of info, waits,
+# mark and checkin (acquire, release, renew and fence know their own).
 PROTOCOL_VERSION = "3"
 
 INTENT_MS = 2000          # lease of a waiting caller's mark (as the SQL side)
 KEEP_TOKEN_MS = 600000    # how long a free lock keeps its last write token
+                          # (the scripts' default: never sent)
 NAME_MAX = 1024           # bytes: the longest name the SQL side accepts
 POLL_S = 0.05             # sleep between tries when subscribing failed
 # fence: quorum mode; waits, mark, checkin: deadlock detection (docs/protocol.md 18)
 SCRIPTS = ("acquire", "release", "renew", "info", "fence", "waits", "mark",
            "checkin")
 
-# acquire.lua ARGV[8]: what the caller already holds of the name.
-HOLDS_READ = "r"          # its read lock: this acquisition is an upgrade
-HOLDS_NOTHING = "-"       # nothing: a read field of this owner left in Redis is stale
+# acquire.lua ARGV[3], the mode, of a caller that holds the read lock and
+# asks for the write lock (an upgrade); "r" and "w" say it holds nothing (a
+# field of its own left in Redis is stale).
+MODE_UPGRADE = "u"
 
 
 class RWLockError(Exception):
@@ -297,23 +300,35 @@ def ms(seconds: float) -> int:
     return max(1, int(round(seconds * 1000)))
 
 
+# The four request scripts take what differs from their defaults only
+# (docs/protocol.md 6: every argument costs Redis some 1 100 instructions a
+# call): no version (theirs), no keep (KEEP_TOKEN_MS is their default), no
+# mark when the caller will not wait.
 def acquire_args(owner: str, seq: int, mode: str, lease_ms: int, intent_ms: int,
                  upgrade: bool) -> list:
-    return [PROTOCOL_VERSION, owner, seq, mode, lease_ms, intent_ms, KEEP_TOKEN_MS,
-            HOLDS_READ if upgrade else HOLDS_NOTHING]
+    args = [owner, seq, MODE_UPGRADE if upgrade else mode, lease_ms]
+    if intent_ms:
+        args.append(intent_ms)
+    return args
 
 
 def release_args(owner: str, seq: int, keep: str, lease_ms: int = 0) -> list:
-    return [PROTOCOL_VERSION, owner, seq, keep, lease_ms, KEEP_TOKEN_MS]
+    # keep "": a plain release; "q": a withdrawal; "r": a downgrade to the
+    # read lock, with its lease.
+    if keep == "":
+        return [owner, seq]
+    if keep == "r":
+        return [owner, seq, keep, lease_ms]
+    return [owner, seq, keep]
 
 
 def renew_args(owner: str, seq: int, lease_ms: int) -> list:
-    return [PROTOCOL_VERSION, owner, seq, lease_ms, KEEP_TOKEN_MS]
+    return [owner, seq, lease_ms]
 
 
 def fence_args(owner: str, seq: int, token: int) -> list:
     # The token as a decimal string: fence.lua stores it as sent.
-    return [PROTOCOL_VERSION, owner, seq, str(token)]
+    return [owner, seq, str(token)]
 
 
 class Sequence:

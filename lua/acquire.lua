@@ -45,9 +45,19 @@
 -- it: that read lock was lost. Publishes only when its "-" clean-up let go
 -- of what a lost release should have, to the waiter that may now proceed.
 --
--- While a writer holds the lock (field w), the hash's TTL is its lease: the
--- writer's grant and renewal set it, nothing else may. Otherwise the hash
--- lives until x at least, which is keep past every lease and mark in it.
+-- The hash lives until x at least, keep past every record, lease and mark
+-- in it; a call that would leave it shorter raises x and the TTL (to e + 2
+-- keep, so that most calls need not). A writer's grant raises only the TTL,
+-- to 2 x max(keep, lease) once it is below max(keep, lease): a TTL is never
+-- lowered where something in the hash needs it, so every owner's record
+-- outlives its last request by keep, whatever a writer does
+-- (verify/FINDINGS.md F5). The writer's lease is therefore not the TTL: it
+-- ends LEASE ms after its token's time (field f, µs), or where field we
+-- ("<token> <end ms>") says, if we belongs to that token: a grant with
+-- another lease, and every renewal, write it (docs/protocol.md 3.3). A
+-- writer whose lease has ended holds nothing: the general path removes its
+-- w. (The token is max(last + 1, TIME): a lease end taken from it is never
+-- early.)
 -- Times are ms of Redis's clock (TIME); tokens and queue scores µs. Integers
 -- this large must never become strings in Lua (tostring and .. keep 14
 -- digits): they go to redis.call as numbers, which Redis formats with %.17g,
@@ -57,7 +67,7 @@
 -- Redis some 4 000 instructions, a concatenation 600). A write token is
 -- max(last + 1, TIME in µs): larger than the last one Redis keeps, and than
 -- one a failover lost (section 11 of docs/protocol.md says when).
-local V, KEEP = '3', ARGV[6] or '600000'
+local V, KEEP, LEASE = '3', ARGV[6] or '600000', 30000
 local hash, owner, seq, mode = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local skey = 's:' .. owner
 -- seq, checked first (a refused call changes nothing), and s: are decimal
@@ -72,28 +82,31 @@ if mode == 'u' then mode, held = 'w', 'r'
 elseif mode ~= 'r' and mode ~= 'w' then
   return redis.error_reply('RWLOCK_ARGS mode must be r, w or u, not ' .. tostring(mode))
 end
+-- The lease is checked where it is first used, before anything is written
+-- (each check, and each function made, costs Redis CPU on every call).
+local BAD_LEASE = 'RWLOCK_ARGS lease must be a number of ms, not '
 local h, rkey
 if mode == 'r' then
   rkey = 'r:' .. owner
-  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', skey, rkey, 'rm', 'm:' .. owner)
+  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'z', skey, rkey, 'rm', 'm:' .. owner, 'x')
 else
-  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'x', 'z', skey)
+  h = redis.call('HMGET', hash, 'v', 'w', 'f', 'n', 'z', skey)
 end
 if h[1] and h[1] ~= V then
   -- A protocol 2 lock that nobody holds or waits for is taken over, its
   -- last token kept (docs/protocol.md 2.1); any other is refused.
-  local t = h[1] == '2' and not h[2] and not h[4] and h[6] and redis.call('TIME')
+  local t = h[1] == '2' and not h[2] and not h[4] and h[5] and redis.call('TIME')
   if h[1] == '2' and not h[2] and not h[4] and
-     (not h[6] or h[6] + 0 <= t[1] * 1000 + t[2] / 1000) then
+     (not h[5] or h[5] + 0 <= t[1] * 1000 + t[2] / 1000) then
     redis.call('HSET', hash, 'v', V)
     redis.call('HDEL', hash, 'z')
-    h[1], h[6] = V, nil
+    h[1], h[5] = V, nil
   else
     return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
                              ', the caller speaks ' .. V)
   end
 end
-local s = h[7]
+local s = h[6]
 if s and (#seq < #s or (#seq == #s and seq <= s)) then
   return redis.error_reply('RWLOCK_STALE ' .. hash .. ' request ' .. seq .. ' of ' ..
                            owner .. ' is not newer than ' .. s)
@@ -101,7 +114,7 @@ end
 -- A new owner in a hash that has grown by half since its last pruning:
 -- owners that hold and wait for nothing lose their s: fields (the rule of
 -- docs/protocol.md 3.4), so the hash stays as large as its users.
-if not h[7] and h[1] then
+if not h[6] and h[1] then
   local len = redis.call('HLEN', hash)
   if len >= 48 then
     local sp = tonumber(redis.call('HGET', hash, 'sp') or 32)
@@ -124,25 +137,24 @@ if not h[7] and h[1] then
   end
 end
 -- The answer to an upgrade whose read lock is gone: recorded, nothing else.
--- Unless another writer holds (its lease is the TTL), the hash, and the
--- record with it, then lives keep at least (x).
+-- The hash, and the record with it, then lives keep at least past now and
+-- past wend, another writer's lease end if one holds (x).
 local read_lost
-if held == 'r' then
-  read_lost = function()
-    local t = redis.call('TIME')
-    local now, keep = t[1] * 1000 + math.floor(t[2] / 1000), tonumber(KEEP)
-    local a = {hash, skey, seq}
-    if not h[1] then a[4] = 'v'; a[5] = V end
-    local grow = not h[2] and tonumber(h[5] or 0) < now + keep
-    if grow then a[#a + 1] = 'x'; a[#a + 1] = now + 2 * keep end
-    redis.call('HSET', unpack(a))
-    if grow then redis.call('PEXPIRE', hash, 2 * keep) end
-    return ''
-  end
-end
+if held == 'r' then read_lost = function(wend)
+  local t = redis.call('TIME')
+  local now, keep = t[1] * 1000 + math.floor(t[2] / 1000), tonumber(KEEP)
+  local e = wend and wend > now and wend or now
+  local a = {hash, skey, seq}
+  if not h[1] then a[4] = 'v'; a[5] = V end
+  local grow = tonumber(redis.call('HGET', hash, 'x') or 0) < e + keep
+  if grow then a[#a + 1] = 'x'; a[#a + 1] = e + 2 * keep end
+  redis.call('HSET', unpack(a))
+  if grow then redis.call('PEXPIRE', hash, e + 2 * keep - now) end
+  return ''
+end end
 
 -- Fast paths: no writer, and nobody waits or has a turn (no z).
-if not h[2] and not h[6] then
+if not h[2] and not h[5] then
   if mode ~= 'r' then
     if not h[4] then                  -- no reader either: the lock is free
       if held == 'r' then return read_lost() end   -- an upgrade: its read was lost
@@ -150,17 +162,22 @@ if not h[2] and not h[6] then
       local us = t[2]
       local token = t[1] * 1000000 + us
       local f                         -- token, as written (see the top)
-      if h[3] and h[3] + 1 > token then token = h[3] + 1; f = token
+      if h[3] and h[3] + 1 > token then token = h[3] + 1; f = string.format('%.0f', token)
       else f = #us == 6 and t[1] .. us or t[1] .. string.sub('00000' .. us, -6) end
       -- Only what changes is written: each field costs a search of the hash.
-      if not h[1] then
-        redis.call('HSET', hash, 'v', V, 'w', owner, 'f', f, skey, seq)
-      elseif h[5] and h[5] ~= '0' then
-        redis.call('HSET', hash, 'w', owner, 'f', f, skey, seq, 'x', '0')
-      else
-        redis.call('HSET', hash, 'w', owner, 'f', f, skey, seq)
+      local a = {hash, 'w', owner, 'f', f, skey, seq}
+      if not h[1] then a[8] = 'v'; a[9] = V end
+      local k = ARGV[6] and tonumber(ARGV[6]) or 600000
+      if ARGV[4] ~= '30000' then                -- not LEASE: the end is written
+        local lease = tonumber(ARGV[4])
+        if not lease then return redis.error_reply(BAD_LEASE .. tostring(ARGV[4])) end
+        a[#a + 1] = 'we'
+        a[#a + 1] = f .. ' ' .. (t[1] * 1000 + math.floor(us / 1000) + lease)
+        if lease > k then k = lease end
       end
-      redis.call('PEXPIRE', hash, ARGV[4])
+      redis.call('HSET', unpack(a))
+      -- Raised, never lowered: every record in the hash outlives keep.
+      if redis.call('PTTL', hash) < k then redis.call('PEXPIRE', hash, 2 * k) end
       return token
     end
   else
@@ -168,16 +185,16 @@ if not h[2] and not h[6] then
     local us = t[2] + 0
     local now = t[1] * 1000 + (us - us % 1000) / 1000
     local keep = KEEP + 0
-    local e = now + ARGV[4]
+    local e = now + ARGV[4]           -- a lease that is no number: a Lua error, nothing written
     -- The hash lives at least keep past every lease in it: until x.
-    local x = (not h[5] or h[5] - keep < e) and e + 2 * keep
+    local x = (not h[10] or h[10] - keep < e) and e + 2 * keep
     local a
-    if h[8] then                      -- a reader again: a new lease
+    if h[7] then                      -- a reader again: a new lease
       a = {hash, skey, seq, rkey, e}
-      if h[9] and h[9] + 0 > e then a[6] = 'rm'; a[7] = e end   -- a shorter one
+      if h[8] and h[8] + 0 > e then a[6] = 'rm'; a[7] = e end   -- a shorter one
     elseif h[4] then                  -- rm: no reader's lease ends before it
       a = {hash, skey, seq, rkey, e, 'n', h[4] + 1}
-      if not h[9] or h[9] + 0 > e then a[8] = 'rm'; a[9] = e end
+      if not h[8] or h[8] + 0 > e then a[8] = 'rm'; a[9] = e end
     elseif h[1] then                  -- the first reader
       a = {hash, skey, seq, rkey, e, 'n', 1, 'rm', e}
     else                              -- ... of a new hash
@@ -186,7 +203,7 @@ if not h[2] and not h[6] then
     if x then a[#a + 1] = 'x'; a[#a + 1] = x end
     redis.call('HSET', unpack(a))
     if x then redis.call('PEXPIRE', hash, x - now) end
-    if h[10] then                     -- it waited: in now (mc counts the marks)
+    if h[9] then                      -- it waited: in now (mc counts the marks)
       redis.call('HDEL', hash, 'm:' .. owner)
       if redis.call('HINCRBY', hash, 'mc', -1) <= 0 then redis.call('HDEL', hash, 'mc') end
     end
@@ -198,15 +215,33 @@ end
 -- their turn; readers in the way of a writer; an upgrade.
 local queue, ikey, mkey = KEYS[2], 'i:' .. owner, 'm:' .. owner
 rkey = rkey or 'r:' .. owner
-local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey, mkey, 'mc')
+local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, rkey, mkey, 'mc', 'x', 'we')
 local t = redis.call('TIME')
 local sec, us = tonumber(t[1]), tonumber(t[2])
 local now = sec * 1000 + math.floor(us / 1000)
 local lease, mark, keep = tonumber(ARGV[4]), tonumber(ARGV[5] or 0), tonumber(KEEP)
-local writer = h[2]                               -- present: it holds
-local n, rm, x, z = tonumber(h[4] or 0), tonumber(g[1] or 0), tonumber(h[5] or 0), h[6]
+if not lease then return redis.error_reply(BAD_LEASE .. tostring(ARGV[4])) end
+local n, rm, x, z = tonumber(h[4] or 0), tonumber(g[1] or 0), tonumber(g[10] or 0), h[5]
 local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
 local myread, myintent = tonumber(g[7] or 0), g[6] and tonumber(g[6])
+
+-- Changes to the hash, written at the end by one HSET and one HDEL.
+local upd, ttl = {}, nil
+local function put(k, v) upd[k] = v end          -- v false: delete the field
+put(skey, seq)                                    -- whatever the answer
+
+-- The writer, if its lease has not ended (see the top): its lease end, we.
+-- One whose lease ended holds nothing; its w goes.
+local writer, wend = h[2], 0
+if writer then
+  local e = g[11] and string.find(g[11], ' ', 1, true)
+  if e and string.sub(g[11], 1, e - 1) == h[3] then wend = tonumber(string.sub(g[11], e + 1))
+  else wend = math.floor(tonumber(h[3]) / 1000) + LEASE end
+  if wend <= now then
+    writer = nil
+    put('w', false); put('we', false)
+  end
+end
 
 -- An upgrade ("u") whose reader field is gone or lapsed: the read
 -- lock was lost (its lease ran out, or Redis lost it). Said so, and nothing
@@ -214,17 +249,13 @@ local myread, myintent = tonumber(g[7] or 0), g[6] and tonumber(g[6])
 -- caller reports the loss and, if it still wants the lock, asks again
 -- holding nothing ("-").
 if held == 'r' and writer ~= owner and myread <= now then
-  return read_lost()
+  return read_lost(writer and wend)
 end
 
--- Changes to the hash, written at the end by one HSET and one HDEL.
-local upd, ttl = {}, nil
-local function put(k, v) upd[k] = v end          -- v false: delete the field
-put(skey, seq)                                    -- whatever the answer
 local function raise(e)
-  -- Without a writer the hash must outlive e by keep (x); with one, it lives
-  -- as long as the writer's lease and no longer.
-  if not writer and x < e + keep then x = e + 2 * keep; put('x', x); ttl = x - now end
+  -- The hash must outlive e, and a writer's lease, by keep (x).
+  if writer and wend > e then e = wend end
+  if x < e + keep then x = e + 2 * keep; put('x', x); ttl = x - now end
 end
 local function commit()
   -- z: no intent, mark or turn ends after it
@@ -262,12 +293,11 @@ if held == '-' and upgrader == owner then upgrader = nil; put('u', false) end
 -- Nor does it hold the write lock: a writer field of its own is left over
 -- from a release Redis lost (a failover after it), and goes as that release
 -- would have gone (the last token f stays). Else the caller would be
--- "granted" the old token again, or a read lock inside the old writer's
--- hash, which dies with that writer's lease (verify/FINDINGS.md F3).
+-- "granted" the old token again, or a read lock beside its own write lock
+-- (verify/FINDINGS.md F3).
 if held == '-' and writer == owner then
   writer = nil
-  put('w', false)
-  ttl = keep                                  -- as its release: f stays for keep
+  put('w', false); put('we', false)           -- as its release: f stays
   cleaned = true
 end
 
@@ -358,8 +388,8 @@ local function busy(until_ms)
   return math.min(now - until_ms, -1)
 end
 
--- A writer holds: how long its lease has left.
-local function writer_end() return now + redis.call('PTTL', hash) end
+-- A writer holds: when its lease ends.
+local function writer_end() return wend end
 
 if mode == 'r' then
   if writer and writer ~= owner then return busy(writer_end()) end
@@ -403,7 +433,10 @@ if writer then
     local e = writer_end()
     return busy(behind and math.min(e, fe) or e)
   end
-  ttl = lease                                 -- the writer again: same token
+  -- the writer again: same token, a new lease
+  wend = now + lease
+  put('we', h[3] .. ' ' .. wend)
+  raise(wend)
   commit()
   return tonumber(h[3])
 end
@@ -428,11 +461,12 @@ end
 if behind and not mine then return busy(fe) end
 
 local token = sec * 1000000 + us
-if h[3] and tonumber(h[3]) + 1 > token then put('f', tonumber(h[3]) + 1); token = upd.f
+if h[3] and tonumber(h[3]) + 1 > token then
+  token = tonumber(h[3]) + 1; put('f', string.format('%.0f', token))
 else put('f', #t[2] == 6 and t[1] .. t[2] or t[1] .. string.sub('00000' .. t[2], -6)) end
 put('w', owner)
-put('x', '0')                                 -- the writer's lease rules the TTL
-ttl = lease
+if lease ~= LEASE then put('we', upd.f .. ' ' .. (now + lease)) else put('we', false) end
+raise(now + lease)                            -- the lease, and the records, keep past it
 if g[7] then                                  -- an upgrade holds the write lock only
   n = n - 1
   put(rkey, false); put('n', n > 0 and n); put('rm', n > 0 and rm)

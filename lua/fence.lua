@@ -20,7 +20,7 @@ local V, owner, seq, token = '3', ARGV[1], ARGV[2], ARGV[3]
 if not string.find(seq, '^[1-9]%d*$') then
   return redis.error_reply('RWLOCK_ARGS seq must be a positive decimal integer, not ' .. seq)
 end
-local h = redis.call('HMGET', KEYS[1], 'v', 'w', 'f', 's:' .. owner)
+local h = redis.call('HMGET', KEYS[1], 'v', 'w', 'f', 's:' .. owner, 'we')
 if h[1] and h[1] ~= V then
   return redis.error_reply('RWLOCK_VERSION ' .. KEYS[1] .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. V)
@@ -32,6 +32,15 @@ if s and (#s > #seq or (#s == #seq and s > seq)) then
 end
 if h[2] ~= owner then return 0 end
 if not h[3] or h[3] + 0 < token + 0 then
-  redis.call('HSET', KEYS[1], 'f', token)
+  -- The writer's lease end does not move with its token: it is written in
+  -- we, tied to the new token (acquire.lua says how it is read).
+  local e, sp = nil, h[5] and string.find(h[5], ' ', 1, true)
+  if sp and string.sub(h[5], 1, sp - 1) == h[3] then e = string.sub(h[5], sp + 1)
+  elseif h[3] then e = math.floor(tonumber(h[3]) / 1000) + 30000 end
+  if e then
+    redis.call('HSET', KEYS[1], 'f', token, 'we', token .. ' ' .. e)
+  else
+    redis.call('HSET', KEYS[1], 'f', token)
+  end
 end
 return 1

@@ -21,8 +21,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local writer, writer_ms = '', 0
--- A writer's lease is the hash's TTL.
-if f.w then writer, writer_ms = f.w, math.max(redis.call('PTTL', hash), 0) end
+-- A writer's lease ends 30000 ms after its token's time (µs), or where we
+-- ("<token> <end>") says if we belongs to its token (acquire.lua). One whose
+-- lease has ended holds nothing.
+if f.w and f.f then
+  local sp, e = f.we and string.find(f.we, ' ', 1, true)
+  if sp and string.sub(f.we, 1, sp - 1) == f.f then e = tonumber(string.sub(f.we, sp + 1))
+  else e = math.floor(tonumber(f.f) / 1000) + 30000 end
+  if e > now then writer, writer_ms = f.w, e - now end
+end
 local rs = {}
 for k, v in pairs(f) do
   if string.sub(k, 1, 2) == 'r:' and tonumber(v) > now then

@@ -37,6 +37,10 @@ local rkey = 'r:' .. owner
 if not string.find(seq, '^[1-9]%d*$') then
   return redis.error_reply('RWLOCK_ARGS seq must be a positive decimal integer, not ' .. seq)
 end
+if keeps ~= '' and keeps ~= 'q' and (keeps ~= 'r' or not tonumber(ARGV[4])) then
+  return redis.error_reply(keeps == 'r' and 'RWLOCK_ARGS a downgrade needs a lease, not ' ..
+                           tostring(ARGV[4]) or 'RWLOCK_ARGS keep must be "", r or q, not ' .. keeps)
+end
 
 local h = redis.call('HMGET', hash, 'v', 'w', 'z', rkey, 'n', skey)
 if h[1] and h[1] ~= V then
@@ -62,46 +66,64 @@ end
 -- nobody is told. s:<owner> stays, with the hash, for keep at least.
 if keeps == '' and not h[3] then
   if h[2] == owner and not h[4] then
-    -- The writer: its lease is the hash's TTL, so it still held the lock.
-    -- The hash, and the last token in it, now stays for keep.
+    -- The writer. w still names it, so nobody else took the lock since it
+    -- was granted (a call after its lease's end would have removed w): it
+    -- held it throughout. The hash, the last token and the records in it
+    -- stay keep at least: the TTL is raised, never lowered (acquire.lua).
     redis.call('HDEL', hash, 'w')
     redis.call('HSET', hash, skey, seq)
-    redis.call('PEXPIRE', hash, KEEP)
+    local k = ARGV[5] and tonumber(ARGV[5]) or 600000
+    if redis.call('PTTL', hash) < k then redis.call('PEXPIRE', hash, 2 * k) end
     return 1
   end
   if h[4] and not h[2] then
-    -- A reader. The hash lives at least keep past its lease (x), the
-    -- owners' s: fields with it.
+    -- A reader whose lease has not ended. The hash lives at least keep past
+    -- that lease (x), the owners' s: fields with it. (One whose lease ended
+    -- takes the general path, which makes its record live keep from now.)
     local t = redis.call('TIME')
-    local held = h[4] - t[1] * 1000 > t[2] / 1000 and 1 or 0
-    if h[5] and h[5] + 0 > 1 then
-      redis.call('HDEL', hash, rkey)
-      redis.call('HSET', hash, 'n', h[5] - 1, skey, seq)
-    else
-      redis.call('HDEL', hash, rkey, 'n', 'rm')
-      redis.call('HSET', hash, skey, seq)
+    if h[4] - t[1] * 1000 > t[2] / 1000 then
+      if h[5] and h[5] + 0 > 1 then
+        redis.call('HDEL', hash, rkey)
+        redis.call('HSET', hash, 'n', h[5] - 1, skey, seq)
+      else
+        redis.call('HDEL', hash, rkey, 'n', 'rm')
+        redis.call('HSET', hash, skey, seq)
+      end
+      return 1
     end
-    return held
   end
 end
 
 -- The general path: someone may be waiting; a downgrade; a withdrawal; a
 -- writer that also reads.
 local queue, ikey, mkey = KEYS[2], 'i:' .. owner, 'm:' .. owner
-local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, 'x', mkey, 'mc')
+local g = redis.call('HMGET', hash, 'rm', 'qe', 'rt', 'rw', 'u', ikey, 'x', mkey, 'mc', 'f', 'we')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local keep = tonumber(KEEP)
-local writer = h[2]                               -- present: it holds
 local n, rm, x, z = tonumber(h[5] or 0), tonumber(g[1] or 0), tonumber(g[7] or 0), h[3]
 local qe, rt, rw, upgrader = tonumber(g[2] or 0), tonumber(g[3] or 0), tonumber(g[4] or 0), g[5]
 
 local upd, ttl = {}, nil
 local function put(k, v) upd[k] = v end          -- v false: delete the field
 put(skey, seq)                                    -- whatever it finds
-if not h[1] then put('v', V); ttl = keep end   -- nothing here: a record
+if not h[1] then put('v', V) end                  -- nothing here: a record
 
 local held, changed, left_reader = 0, false, false
+-- The writer and its lease end, as in acquire.lua: another owner's whose
+-- lease ended holds nothing, and its w goes (who waits may now go); the
+-- caller's own still names it, so it held the lock throughout (above).
+local writer, wend = h[2], 0
+if writer then
+  local e = g[11] and string.find(g[11], ' ', 1, true)
+  if e and string.sub(g[11], 1, e - 1) == g[10] then wend = tonumber(string.sub(g[11], e + 1))
+  else wend = math.floor(tonumber(g[10]) / 1000) + 30000 end
+  if wend <= now and writer ~= owner then
+    writer = nil
+    put('w', false); put('we', false)
+    changed = true
+  end
+end
 if g[6] then                                      -- withdraw the intent
   redis.call('ZREM', queue, owner)
   put(ikey, false)
@@ -125,11 +147,10 @@ if keeps == 'q' then
   held = 1
 else
   if writer == owner then
-    held = 1                                      -- its lease is the hash's TTL
-    put('w', false)
+    held = 1                                      -- w named it (above)
+    put('w', false); put('we', false)
     writer = nil
     changed = true
-    ttl = keep                                    -- the token stays for keep
     if readers_wait then
       rt, rw = now + READER_TURN_MS, 0
       put('rt', rt); put('rw', false)
@@ -147,7 +168,7 @@ else
     n = n + 1
     if n == 1 or e < rm then rm = e end           -- no reader's lease ends before rm
     left_reader = false
-    if ttl or x < e + keep then                   -- the hash lives until x at least
+    if x < e + keep then                          -- the hash lives until x at least
       x = e + 2 * keep
       put('x', x)
       ttl = x - now
@@ -215,13 +236,14 @@ if changed and not writer then
   if go then redis.call('PUBLISH', hash .. ':c:' .. go, 'w') end
 end
 
--- Free or not, the hash stays (the last token and the owners' s: fields),
--- until x, or for keep after a writer's release. Where no writer holds, x
--- is raised if it ends within keep: the record this call wrote lives keep
--- at least (a writer's release left keep from then, and x "0"). Where
--- another writer holds, the hash lives as long as its lease.
-if not writer and not (ttl and ttl >= keep) and x < now + keep then
-  x = now + 2 * keep
+-- Free or not, the hash stays (the last token and the owners' s: fields)
+-- until x at least, which is raised if it ends within keep of now, or of
+-- the lease end of another writer that holds: the record this call wrote
+-- lives keep at least, whoever holds the lock and whatever becomes of them
+-- (verify/FINDINGS.md F5).
+local e = writer and wend > now and wend or now
+if x < e + keep then
+  x = e + 2 * keep
   put('x', x)
   ttl = x - now
 end

@@ -12,8 +12,9 @@
 -- ARGV[4]  keep, ms, as in acquire.lua; absent: 600000
 --
 -- Returns 1 when the owner still held the lock (its lease now ends ARGV[3] ms
--- from now), 0 when the hold was lost: a lost hold is never revived. An
--- owner without an s: field here holds nothing here.
+-- from now), 0 when the hold was lost (its lease ended, or Redis lost it):
+-- a lost hold is never revived. An owner without an s: field here holds
+-- nothing here.
 local V, KEEP = '3', ARGV[4] or '600000'     -- the version: as in acquire.lua
 local hash, owner, seq, lease = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local rkey = 'r:' .. owner
@@ -21,7 +22,7 @@ local rkey = 'r:' .. owner
 if not string.find(seq, '^[1-9]%d*$') then
   return redis.error_reply('RWLOCK_ARGS seq must be a positive decimal integer, not ' .. seq)
 end
-local h = redis.call('HMGET', hash, 'v', 'w', 'x', rkey, 'rm', 's:' .. owner)
+local h = redis.call('HMGET', hash, 'v', 'w', 'x', rkey, 'rm', 's:' .. owner, 'f', 'we')
 if h[1] and h[1] ~= V then
   return redis.error_reply('RWLOCK_VERSION ' .. hash .. ' is protocol ' .. h[1] ..
                            ', the caller speaks ' .. V)
@@ -33,19 +34,27 @@ if #s > #seq or (#s == #seq and s > seq) then
                            owner .. ' is older than ' .. h[6])
 end
 if h[2] == owner then
-  -- The writer: its lease is the hash's TTL (a read lock it also holds goes
-  -- with it).
-  if h[4] then
-    local t = redis.call('TIME')
-    local us = t[2] + 0
-    local e = t[1] * 1000 + (us - us % 1000) / 1000 + lease
-    if h[5] and h[5] + 0 > e then
-      redis.call('HSET', hash, rkey, e, 'rm', e)
-    else
-      redis.call('HSET', hash, rkey, e)
-    end
+  -- The writer, if its lease has not ended (acquire.lua says where it is
+  -- kept): its lease now ends at e, field we tied to its token, and a read
+  -- lock it also holds with it. The TTL is raised if it ends within
+  -- max(keep, lease), never lowered.
+  local t = redis.call('TIME')
+  local us = t[2] + 0
+  local now = t[1] * 1000 + (us - us % 1000) / 1000
+  local sp, wend = h[8] and string.find(h[8], ' ', 1, true)
+  if sp and string.sub(h[8], 1, sp - 1) == h[7] then wend = tonumber(string.sub(h[8], sp + 1))
+  else wend = math.floor(tonumber(h[7]) / 1000) + 30000 end
+  if wend <= now then return 0 end
+  local e = now + lease
+  if h[4] and h[5] and h[5] + 0 > e then
+    redis.call('HSET', hash, 'we', h[7] .. ' ' .. e, rkey, e, 'rm', e)
+  elseif h[4] then
+    redis.call('HSET', hash, 'we', h[7] .. ' ' .. e, rkey, e)
+  else
+    redis.call('HSET', hash, 'we', h[7] .. ' ' .. e)
   end
-  redis.call('PEXPIRE', hash, lease)
+  local k = math.max(tonumber(KEEP), tonumber(lease))
+  if redis.call('PTTL', hash) < k then redis.call('PEXPIRE', hash, 2 * k) end
   return 1
 end
 if not h[4] or h[2] then return 0 end

@@ -39,8 +39,14 @@ local function add(o)
 end
 if not live((mode == 'w' and 'i:' or 'm:') .. owner) then return out end
 out[1] = 1
--- A writer's lease is the hash's TTL: while the hash is there, it holds.
-if f.w then add(f.w) end
+-- The writer, while its lease has not ended (as in info.lua).
+local writer
+if f.w and f.f then
+  local sp, e = f.we and string.find(f.we, ' ', 1, true)
+  if sp and string.sub(f.we, 1, sp - 1) == f.f then e = tonumber(string.sub(f.we, sp + 1))
+  else e = math.floor(tonumber(f.f) / 1000) + 30000 end
+  if e > now then writer = f.w; add(writer) end
+end
 local turn = live('rt')
 if mode == 'w' then
   local rs = {}
@@ -63,7 +69,7 @@ if mode == 'w' then
     table.sort(ms)
     for _, m in ipairs(ms) do add(m) end
   end
-elseif not f.w and not turn then
+elseif not writer and not turn then
   for _, w in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
     if live('i:' .. w) then add(w); break end
   end

@@ -37,7 +37,7 @@ sub forged_lock
 {
 	my ($name, $owner, $seq, $mark) = @_;
 	return redis_cli($port, '--eval', $acquire, "$prefix:{$name}", "$prefix:{$name}:q",
-		',', '3', $owner, $seq // '1', 'w', '60000', $mark // '0', '600000', '-');
+		',', $owner, $seq // '1', 'w', '60000', defined $mark ? ($mark) : ());
 }
 
 # ---- a) the format ----

@@ -73,7 +73,7 @@ is($n1->safe_psql('postgres', 'SHOW shared_preload_libraries'), '', 'not preload
 	my $waiters = 40;
 	my $acquire = slurp_file("$root/lua/acquire.lua");
 	redis_cli($port, 'EVAL', $acquire, 2, 'nopre:{np_many}', 'nopre:{np_many}:q',
-		3, 'py:tap-holder', 1, 'w', 600000, 0, 600000, '-');
+		'py:tap-holder', 1, 'w', 600000);
 	is(redis_cli($port, 'HGET', 'nopre:{np_many}', 'w'), 'py:tap-holder', 'a client holds np_many');
 	my @s = map { session($_ % 2 ? $n1 : $n2) } 1 .. $waiters;
 	sq_send($_, "SELECT redis_wlock('np_many') > 0") for @s;

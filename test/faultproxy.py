@@ -7,7 +7,7 @@ behind the listener it came to (one listener per Redis, on a port of
 proxy reads both streams as RESP: the client's commands, to know each
 connection's user (AUTH), its set-up (AUTH, SELECT, HELLO) and the protocol
 scripts it runs (EVALSHA / EVAL of acquire.lua or release.lua, known by
-their SHA1: owner ARGV[2], lock KEYS[1]); and Redis's replies, to match
+their SHA1: owner ARGV[1], seq ARGV[2], lock KEYS[1]); and Redis's replies, to match
 each to its command.
 
 At random moments (seeded; on average one every cut_every s, only while
@@ -430,8 +430,8 @@ class FaultProxy(threading.Thread):
         keys, args = argv[3:3 + nk], argv[3 + nk:]
         if not keys or len(args) < 2:
             return None
-        seq = args[2] if len(args) > 2 and args[2].isdigit() else None
-        return Req(script[0], args[1], keys[0], seq, argv)
+        seq = args[1] if args[1].isdigit() else None
+        return Req(script[0], args[0], keys[0], seq, argv)
 
     def command(self, p, argv, raw):
         name = argv[0].upper() if argv else b""

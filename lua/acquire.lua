@@ -54,7 +54,8 @@
 -- (verify/FINDINGS.md F5). The writer's lease is therefore not the TTL: it
 -- ends LEASE ms after its token's time (field f, µs), or where field we
 -- ("<token> <end ms>") says, if we belongs to that token: a grant with
--- another lease, and every renewal, write it (docs/protocol.md 3.3). A
+-- another lease or a token above the clock, and every renewal, write it
+-- (docs/protocol.md 3.3). A
 -- writer whose lease has ended holds nothing: the general path removes its
 -- w. (The token is max(last + 1, TIME): a lease end taken from it is never
 -- early.)
@@ -161,14 +162,18 @@ if not h[2] and not h[5] then
       local t = redis.call('TIME')
       local us = t[2]
       local token = t[1] * 1000000 + us
-      local f                         -- token, as written (see the top)
-      if h[3] and h[3] + 1 > token then token = h[3] + 1; f = string.format('%.0f', token)
+      -- f: the token as written (see the top). The lease end is written (we)
+      -- when it is not the token's time + LEASE: another lease, or a token
+      -- above the clock (f + 1; after a fence, far above).
+      local f, exact = nil, ARGV[4] ~= '30000'
+      if h[3] and h[3] + 1 > token then
+        token = h[3] + 1; f = string.format('%.0f', token); exact = true
       else f = #us == 6 and t[1] .. us or t[1] .. string.sub('00000' .. us, -6) end
       -- Only what changes is written: each field costs a search of the hash.
       local a = {hash, 'w', owner, 'f', f, skey, seq}
       if not h[1] then a[8] = 'v'; a[9] = V end
       local k = ARGV[6] and tonumber(ARGV[6]) or 600000
-      if ARGV[4] ~= '30000' then                -- not LEASE: the end is written
+      if exact then
         local lease = tonumber(ARGV[4])
         if not lease then return redis.error_reply(BAD_LEASE .. tostring(ARGV[4])) end
         a[#a + 1] = 'we'
@@ -460,12 +465,13 @@ end
 -- first (the writers before it wait for its read lock).
 if behind and not mine then return busy(fe) end
 
-local token = sec * 1000000 + us
+local token, exact = sec * 1000000 + us, lease ~= LEASE
 if h[3] and tonumber(h[3]) + 1 > token then
-  token = tonumber(h[3]) + 1; put('f', string.format('%.0f', token))
+  token = tonumber(h[3]) + 1; put('f', string.format('%.0f', token)); exact = true
 else put('f', #t[2] == 6 and t[1] .. t[2] or t[1] .. string.sub('00000' .. t[2], -6)) end
 put('w', owner)
-if lease ~= LEASE then put('we', upd.f .. ' ' .. (now + lease)) else put('we', false) end
+-- the lease end, unless it is the token's time + LEASE (as in the fast path)
+if exact then put('we', upd.f .. ' ' .. (now + lease)) else put('we', false) end
 raise(now + lease)                            -- the lease, and the records, keep past it
 if g[7] then                                  -- an upgrade holds the write lock only
   n = n - 1

@@ -241,7 +241,8 @@ local writer, wend = h[2], 0
 if writer then
   local e = g[11] and string.find(g[11], ' ', 1, true)
   if e and string.sub(g[11], 1, e - 1) == h[3] then wend = tonumber(string.sub(g[11], e + 1))
-  else wend = math.floor(tonumber(h[3]) / 1000) + LEASE end
+  elseif h[3] then wend = math.floor(tonumber(h[3]) / 1000) + LEASE
+  else wend = now + redis.call('PTTL', hash) end   -- no token: a hash written by hand; its TTL
   if wend <= now then
     writer = nil
     put('w', false); put('we', false)

@@ -24,10 +24,11 @@ local writer, writer_ms = '', 0
 -- A writer's lease ends 30000 ms after its token's time (µs), or where we
 -- ("<token> <end>") says if we belongs to its token (acquire.lua). One whose
 -- lease has ended holds nothing.
-if f.w and f.f then
+if f.w then
   local sp, e = f.we and string.find(f.we, ' ', 1, true)
   if sp and string.sub(f.we, 1, sp - 1) == f.f then e = tonumber(string.sub(f.we, sp + 1))
-  else e = math.floor(tonumber(f.f) / 1000) + 30000 end
+  elseif f.f then e = math.floor(tonumber(f.f) / 1000) + 30000
+  else e = now + redis.call('PTTL', hash) end   -- no token: a hash written by hand; its TTL
   if e > now then writer, writer_ms = f.w, e - now end
 end
 local rs = {}

@@ -117,7 +117,8 @@ local writer, wend = h[2], 0
 if writer then
   local e = g[11] and string.find(g[11], ' ', 1, true)
   if e and string.sub(g[11], 1, e - 1) == g[10] then wend = tonumber(string.sub(g[11], e + 1))
-  else wend = math.floor(tonumber(g[10]) / 1000) + 30000 end
+  elseif g[10] then wend = math.floor(tonumber(g[10]) / 1000) + 30000
+  else wend = now + redis.call('PTTL', hash) end   -- no token: a hash written by hand; its TTL
   if wend <= now and writer ~= owner then
     writer = nil
     put('w', false); put('we', false)

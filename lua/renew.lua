@@ -43,15 +43,16 @@ if h[2] == owner then
   local now = t[1] * 1000 + (us - us % 1000) / 1000
   local sp, wend = h[8] and string.find(h[8], ' ', 1, true)
   if sp and string.sub(h[8], 1, sp - 1) == h[7] then wend = tonumber(string.sub(h[8], sp + 1))
-  else wend = math.floor(tonumber(h[7]) / 1000) + 30000 end
+  elseif h[7] then wend = math.floor(tonumber(h[7]) / 1000) + 30000
+  else wend = now + redis.call('PTTL', hash) end   -- no token: a hash written by hand; its TTL
   if wend <= now then return 0 end
   local e = now + lease
   if h[4] and h[5] and h[5] + 0 > e then
-    redis.call('HSET', hash, 'we', h[7] .. ' ' .. e, rkey, e, 'rm', e)
+    redis.call('HSET', hash, 'we', (h[7] or '') .. ' ' .. e, rkey, e, 'rm', e)
   elseif h[4] then
-    redis.call('HSET', hash, 'we', h[7] .. ' ' .. e, rkey, e)
+    redis.call('HSET', hash, 'we', (h[7] or '') .. ' ' .. e, rkey, e)
   else
-    redis.call('HSET', hash, 'we', h[7] .. ' ' .. e)
+    redis.call('HSET', hash, 'we', (h[7] or '') .. ' ' .. e)
   end
   local k = math.max(tonumber(KEEP), tonumber(lease))
   if redis.call('PTTL', hash) < k then redis.call('PEXPIRE', hash, 2 * k) end

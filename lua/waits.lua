@@ -41,10 +41,11 @@ if not live((mode == 'w' and 'i:' or 'm:') .. owner) then return out end
 out[1] = 1
 -- The writer, while its lease has not ended (as in info.lua).
 local writer
-if f.w and f.f then
+if f.w then
   local sp, e = f.we and string.find(f.we, ' ', 1, true)
   if sp and string.sub(f.we, 1, sp - 1) == f.f then e = tonumber(string.sub(f.we, sp + 1))
-  else e = math.floor(tonumber(f.f) / 1000) + 30000 end
+  elseif f.f then e = math.floor(tonumber(f.f) / 1000) + 30000
+  else e = now + redis.call('PTTL', hash) end   -- no token: a hash written by hand; its TTL
   if e > now then writer = f.w; add(writer) end
 end
 local turn = live('rt')

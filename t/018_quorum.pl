@@ -182,11 +182,12 @@ redis_cli($r[1], 'DEL', "$prefix:{v}");
 # --- redis_lock_info: the lock as a majority has it. A writer on two
 # masters of three (leases 20 s and 8 s: it holds the quorum for 8 s), the
 # first master free; readers, one on two masters, one on one; a waiting
-# writer's intent on two.
+# writer's intent on two. A writer's lease end is field we, "<token> <end
+# ms>" (docs/protocol.md 3.3), not the hash's TTL.
 my ($ts) = split /\n/, redis_cli($r[0], 'TIME');
 redis_cli($_->[0], 'HSET', "$prefix:{m}", 'v', '3', 'w', 'hand-w', 's:hand-w', '1',
-	'f', $_->[1]),
-redis_cli($_->[0], 'PEXPIRE', "$prefix:{m}", $_->[2])
+	'f', $_->[1], 'we', "$_->[1] " . ($ts * 1000 + $_->[2])),
+redis_cli($_->[0], 'PEXPIRE', "$prefix:{m}", 60000)
   for [ $r[1], 7, 20000 ], [ $r[2], 9, 8000 ];
 redis_cli($r[0], 'HSET', "$prefix:{m}", 'v', '3', 'f', '5');
 ($out, $err) = sq($b, "SELECT state || ' ' || token || ' ' || writer || ' ' ||

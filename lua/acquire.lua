@@ -172,14 +172,14 @@ if not h[2] and not h[5] then
       -- Only what changes is written: each field costs a search of the hash.
       local a = {hash, 'w', owner, 'f', f, skey, seq}
       if not h[1] then a[8] = 'v'; a[9] = V end
-      local k = ARGV[6] and tonumber(ARGV[6]) or 600000
+      local k, lease = ARGV[6] and tonumber(ARGV[6]) or 600000, LEASE
       if exact then
-        local lease = tonumber(ARGV[4])
+        lease = tonumber(ARGV[4])
         if not lease then return redis.error_reply(BAD_LEASE .. tostring(ARGV[4])) end
         a[#a + 1] = 'we'
         a[#a + 1] = f .. ' ' .. (t[1] * 1000 + math.floor(us / 1000) + lease)
-        if lease > k then k = lease end
       end
+      if lease > k then k = lease end
       redis.call('HSET', unpack(a))
       -- Raised, never lowered: every record in the hash outlives keep.
       if redis.call('PTTL', hash) < k then redis.call('PEXPIRE', hash, 2 * k) end

@@ -31,12 +31,17 @@ if s and (#s > #seq or (#s == #seq and s > seq)) then
                            owner .. ' is older than ' .. h[4])
 end
 if h[2] ~= owner then return 0 end
+-- The writer's lease end (acquire.lua says how it is read): one whose lease
+-- has ended holds nothing. It does not move with the token: it is written
+-- in we, tied to the new token.
+local e, sp = nil, h[5] and string.find(h[5], ' ', 1, true)
+if sp and string.sub(h[5], 1, sp - 1) == h[3] then e = string.sub(h[5], sp + 1)
+elseif h[3] then e = math.floor(tonumber(h[3]) / 1000) + 30000 end
+if e then
+  local t = redis.call('TIME')
+  if e + 0 <= t[1] * 1000 + math.floor(t[2] / 1000) then return 0 end
+end
 if not h[3] or h[3] + 0 < token + 0 then
-  -- The writer's lease end does not move with its token: it is written in
-  -- we, tied to the new token (acquire.lua says how it is read).
-  local e, sp = nil, h[5] and string.find(h[5], ' ', 1, true)
-  if sp and string.sub(h[5], 1, sp - 1) == h[3] then e = string.sub(h[5], sp + 1)
-  elseif h[3] then e = math.floor(tonumber(h[3]) / 1000) + 30000 end
   if e then
     redis.call('HSET', KEYS[1], 'f', token, 'we', token .. ' ' .. e)
   else

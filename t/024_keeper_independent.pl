@@ -2,7 +2,7 @@
 # take over soon enough when it stops:
 # a) holds on two Redis servers, lease 6 s; one server is stopped (SIGSTOP)
 #    for 10 s: the hold on the other is renewed on time all along (the least
-#    lease left, read with PTTL every 100 ms, stays near two thirds of the
+#    lease left, read with info.lua every 100 ms, stays near two thirds of the
 #    lease) and nobody else gets it;
 # b) the keeper's processes are stopped (SIGSTOP) for 9 s, lease 6 s: the
 #    holder, which keeps making rwlock calls, renews its own hold in time
@@ -58,7 +58,7 @@ my $got = 0;
 my $last_try = 0;
 while (time - $t0 < 10)
 {
-	my $pttl = redis_cli($x, 'PTTL', 'tap_indep:{healthy}');
+	my $pttl = writer_lease_left($x, 'tap_indep', 'healthy');
 	$min = $pttl if $pttl < $min;
 	if (time - $last_try > 0.5)
 	{
@@ -98,7 +98,7 @@ while (time - $t0 < 9)
 {
 	sq($hx, "SELECT redis_try_rlock('unrelated'), redis_unlock('unrelated')");
 	$calls++;
-	my $pttl = redis_cli($x, 'PTTL', 'tap_indep:{active}');
+	my $pttl = writer_lease_left($x, 'tap_indep', 'active');
 	$min = $pttl if $pttl < $min;
 	($out) = sq($other, "SELECT redis_try_wlock('active')");
 	$got++ if $out eq 't';
@@ -143,7 +143,7 @@ $got = 0;
 $min = 1e9;
 while (time - $t0 < 8)
 {
-	my $pttl = redis_cli($x, 'PTTL', 'tap_indep:{handover}');
+	my $pttl = writer_lease_left($x, 'tap_indep', 'handover');
 	$min = $pttl if $pttl < $min;
 	($out) = sq($other, "SELECT redis_try_wlock('handover')");
 	$got++ if $out eq 't';
@@ -182,9 +182,9 @@ ok( defined wait_until(
 	'd) PostgreSQL restarts every backend after the renewer was killed');
 ok(defined wait_until(sub { keeper_pid($node) ne '' }, 15),
 	'd) and the keeper runs again');
-my $left = redis_cli($x, 'PTTL', 'tap_indep:{killed}');
+my $left = writer_lease_left($x, 'tap_indep', 'killed');
 cmp_ok($left, '>', 0, "d) the lock is still in Redis after the restart ($left ms left)");
-my $freed = wait_until(sub { redis_cli($x, 'EXISTS', 'tap_indep:{killed}') eq '0' }, 10);
+my $freed = wait_until(sub { lock_state($x, 'tap_indep', 'killed') ne 'write' }, 10);
 ok(defined $freed, 'd) and runs out with its lease');
 diag sprintf('d) renewer killed: the lock stayed in Redis %.1f s after the kill (lease 6 s)',
 	time - $t0);

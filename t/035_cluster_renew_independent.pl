@@ -48,17 +48,18 @@ is(scalar @healthy, 4, "four healthy masters: @healthy; $stalled to be stopped")
 my %where;    # the master a name's slot is on (the sampler follows a move)
 my %stopped;  # masters stopped now: never asked (redis-cli would hang)
 
-# The lease left on a name's lock: PTTL where its slot is, and if that
-# master redirects (ASK, MOVED), on the others.
+# The writer's lease left on a name's lock (info.lua: it is not the hash's
+# TTL) where its slot is, and if that master redirects (ASK, MOVED), on the
+# others.
 sub pttl_of
 {
 	my ($name) = @_;
-	my $pttl = redis_cli($where{$name}, 'PTTL', key_of($name));
+	my $pttl = writer_lease_left($where{$name}, $prefix, $name);
 	return $pttl if $pttl =~ /^-?\d+$/ && $pttl >= 0;
 	$pttl = -2;
 	for my $master (grep { !$stopped{$_} } @healthy)
 	{
-		my $p = redis_cli($master, 'PTTL', key_of($name));
+		my $p = writer_lease_left($master, $prefix, $name);
 		next unless $p =~ /^-?\d+$/ && $p > $pttl;
 		($pttl, $where{$name}) = ($p, $master);
 	}

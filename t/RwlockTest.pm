@@ -15,7 +15,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw($REDIS_SERVER $REDIS_CLI acl_setuser_args redis_start redis_spawn redis_stop redis_cli new_node session sq
-  wait_until elapsed_since lock_state keeper_pid
+  wait_until elapsed_since lock_state writer_lease_left keeper_pid
   sq_send sq_poll sq_wait sqlstate redis_pid redis_holders redis_mode_of
   session_owner session_pid backend_gone strip_location
   redis_sigstop redis_sigcont redis_answers run_load);
@@ -257,6 +257,20 @@ sub lock_state
 		"$prefix:{$name}", "$prefix:{$name}:q", ',', '3');
 	my ($state) = split /\n/, $out;
 	return $state // '';
+}
+
+# The writer's lease left on a lock, ms, as Redis has it (info.lua): the
+# writer's lease is no longer the hash's TTL (docs/protocol.md 3.3). -2 when
+# no writer holds it there (as PTTL answers for a key that is gone), or when
+# the answer is no state (an error: a Cluster redirection, say).
+sub writer_lease_left
+{
+	my ($port, $prefix, $name, $cli) = @_;
+	$cli //= \&redis_cli;
+	my $out = $cli->($port, '--eval', "$FindBin::RealBin/../lua/info.lua",
+		"$prefix:{$name}", "$prefix:{$name}:q", ',', '3');
+	my ($state, undef, undef, $ms) = split /\n/, $out // '';
+	return ($state // '') eq 'write' && ($ms // '') =~ /^\d+$/ ? $ms : -2;
 }
 
 # The keeper's pid, or '' if it is not running.

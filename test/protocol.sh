@@ -260,15 +260,31 @@ check "the other reader's lease ran out" "[0-9]*"        "$(run acquire x3 w 300
 check "its field is gone"                "0"          "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' 'r:x1')"
 run release x3 >/dev/null
 # ---- leases, TTLs and tokens ----
+# The writer's lease is not the hash's TTL (protocol 3, F5 of
+# verify/FINDINGS.md): it ends where field we ("<token> <end ms>") says when
+# we names the current token (f), else 30000 ms after the token's time
+# (f / 1000). A write grant, renewal or release raises the TTL to
+# 2 x max(keep, lease) when it is below max(keep, lease); nothing lowers it.
 "$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
-ta=$(run acquire l1 w 5000)
 pttl() { "$REDIS_CLI" -p "$PORT" pttl 'rw:{a}'; }
-check "a writer's lease is the hash's TTL" "yes"      "$(p=$(pttl); [ "$p" -le 5000 ] && [ "$p" -gt 4000 ] && echo yes || echo "no $p")"
-check "renewal sets it again"            "1"          "$(run renew l1 8000)"
-check "  to the new lease"               "yes"        "$(p=$(pttl); [ "$p" -le 8000 ] && [ "$p" -gt 7000 ] && echo yes || echo "no $p")"
-check "a waiting reader does not extend it" "-*"      "$(run acquire l2 r 30000 2000)"
-check "  (still the writer's lease)"     "yes"        "$(p=$(pttl); [ "$p" -le 8000 ] && echo yes || echo "no $p")"
-check "info: writer's lease left"        "write $ta l1 [0-9]*"  "$(run info $V)"
+nowms() { "$REDIS_CLI" -p "$PORT" time | { read -r s; read -r u; echo $((s * 1000 + 10#$u / 1000)); }; }
+hw() { "$REDIS_CLI" -p "$PORT" hget 'rw:{a}' "$1"; }
+# wend_in LOW HIGH: the writer's lease end (we's) lies LOW..HIGH ms from now,
+# and we names the current token
+wend_in() {
+  local we f n; we=$(hw we); f=$(hw f); n=$(nowms)
+  [ "${we%% *}" = "$f" ] && [ $(( ${we#* } - n )) -gt "$1" ] && [ $(( ${we#* } - n )) -le "$2" ] &&
+    echo yes || echo "no we '$we' f $f now $n"
+}
+ta=$(run acquire l1 w 5000)
+check "a write grant raises the TTL to 2 x max(keep, lease)" "yes" "$(p=$(pttl); [ "$p" -le 1200000 ] && [ "$p" -gt 1190000 ] && echo yes || echo "no $p")"
+check "  a lease other than 30000 writes its end in we" "yes" "$(wend_in 4000 5000)"
+check "renewal"                          "1"          "$(run renew l1 8000)"
+check "  rewrites we, to the new lease"  "yes"        "$(wend_in 7000 8000)"
+check "  and never lowers the TTL"       "yes"        "$(p=$(pttl); [ "$p" -gt 1180000 ] && echo yes || echo "no $p")"
+check "a waiting reader"                 "-*"         "$(run acquire l2 r 30000 2000)"
+check "  makes its record live keep past the writer's lease end (x)" "yes" "$(p=$(pttl); e=$(hw we); [ "$p" -ge $(( ${e#* } - $(nowms) + 600000 )) ] && echo yes || echo "no $p")"
+check "info: writer's lease left, from we" "write $ta l1 [5-8][0-9][0-9][0-9]*"  "$(run info $V)"
 run release l1 >/dev/null
 check "released: the token stays for keep" "yes"      "$(p=$(pttl); [ "$p" -gt 590000 ] && echo yes || echo "no $p")"
 sleep 0.15                                            # the turn l2's mark started
@@ -277,9 +293,15 @@ check "the next token is larger"         "yes" "$([ "$tb" -gt "$ta" ] && echo ye
 run release l3 >/dev/null
 run acquire l4 w 300 >/dev/null
 sleep 0.4
-check "a writer's lapsed lease: release says lost" "0" "$(run release l4)"
+# w still names it: nobody called after its lease's end (any call would
+# have removed w), so it held the lock alone throughout
+check "a writer's lapsed lease, nobody came: release says held" "1" "$(run release l4)"
+run acquire l7 w 300 >/dev/null
+sleep 0.4
+check "a writer's lapsed lease, another owner came after its end" "0 0" "$(run release l8) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' w)"
+check "  its release then says lost"     "0"          "$(run release l7)"
 tc=$(run acquire l5 w 30000)
-check "the token after the hash is gone comes from the clock" "yes" "$([ "$tc" -gt "$tb" ] && echo yes || echo "no $tb $tc")"
+check "the token after the writer's lapse is larger" "yes" "$([ "$tc" -gt "$tb" ] && echo yes || echo "no $tb $tc")"
 run release l5 >/dev/null
 run acquire l6 r 300 >/dev/null
 sleep 0.4
@@ -355,7 +377,7 @@ run release g2 q >/dev/null
 "$REDIS_CLI" -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
 "$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
 check "a left-over writer field, \"w\": a new, larger token" "yes" "$(t=$(run acquire s1 w 30000); [ "$t" -gt 100 ] && echo yes || echo "no $t")"
-check "  its lease is the hash's TTL"  "yes"       "$(t=$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 20000 ] && echo yes || echo "no $t")"
+check "  the hash outlives its lease by keep" "yes" "$(t=$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 629000 ] && echo yes || echo "no $t")"
 "$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 "$REDIS_CLI" -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
 "$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
@@ -584,12 +606,14 @@ fresh
 within() { [ "$1" -gt "$2" ] && [ "$1" -le "$3" ] && echo yes || echo "no $1"; }  # N LOW HIGH
 fresh
 check "acquire owner seq mode lease: a write" "[0-9]*"  "$(run acquire L1 w 30000)"
-check "  its lease is the hash's TTL"    "yes"        "$(within "$(pttl)" 29000 30000)"
+check "  the TTL is 2 x keep's default, no we (LEASE)" "yes 0" "$(within "$(pttl)" 1190000 1200000) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' we)"
 check "a busy try without a mark"        "-*"         "$(run acquire L2 w 30000)"
 check "  leaves no intent (mark 0)"      "0 0"        "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' i:L2) $("$REDIS_CLI" -p "$PORT" exists 'rw:{a}:q')"
 check "  but is recorded"                "$(cat "$DIR/seq")" "$(hf s:L2)"
+p0=$(pttl)     # the busy try raised it: keep past the writer's lease end
+check "  which raised the TTL past the writer's lease end + keep" "yes" "$(within "$p0" 1220000 1230000)"
 check "release owner seq: released"      "1"          "$(run release L1)"
-check "  the token stays 600000 ms (keep's default)" "yes" "$(within "$(pttl)" 590000 600000)"
+check "  the token stays (keep's default, 600000 ms, at least): the TTL is not lowered" "yes" "$(within "$(pttl)" $((p0 - 5000)) "$p0")"
 check "a reader without keep"            "[0-9]*"     "$(run acquire L3 r 30000)"
 check "  the hash lives lease + 2 x 600000 ms" "yes"  "$(within "$(pttl)" 1220000 1230000)"
 run release L3 >/dev/null
@@ -600,8 +624,11 @@ check "a writer waits, mark and keep given" "-*"      "$(run acquire L4 w 30000 
 check "  its intent lasts the mark"      "yes"        "$(n=$(( $("$REDIS_CLI" -p "$PORT" time | head -1) * 1000 )); i=$(hf i:L4); within "$((i - n))" 500 3000)"
 check "  release q: the intent withdrawn" "1 0"       "$(run release L4 q) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' i:L4)"
 run release L3 >/dev/null
-check "a write, then release with keep 5000" "1"      "$(run acquire L5 w 30000 >/dev/null; run release L5 '' 0 5000)"
-check "  the token stays 5000 ms"        "yes"        "$(within "$(pttl)" 4000 5000)"
+fresh
+check "a write with keep 5000"          "[0-9]*"     "$(run acquire L5 w 30000 0 5000)"
+check "  the TTL is 2 x max(keep, lease)" "yes"       "$(within "$(pttl)" 50000 60000)"
+check "  release with keep 5000"         "1"          "$(run release L5 '' 0 5000)"
+check "  the token stays: the TTL is not lowered to keep" "yes" "$(within "$(pttl)" 50000 60000)"
 check "renew owner seq lease (keep absent)" "1"       "$(run acquire L6 r 30000 >/dev/null; run renew L6 700000)"
 check "  the hash lives the new lease + 2 x 600000 ms" "yes" "$(within "$(pttl)" 1890000 1900000)"
 run release L6 >/dev/null

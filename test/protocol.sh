@@ -599,6 +599,86 @@ check "a busy try is recorded"            "-*"         "$(run acquire k5 r 30000
 check "  and its record lives keep at least" "yes"     "$([ "$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}')" -gt 600000 ] && echo yes || echo no)"
 fresh
 
+# ---- the writer's lease as a field (protocol 3, F5 of verify/FINDINGS.md) ----
+# (a) A record written while a writer holds (a busy try, a release of
+# nothing) lives keep past that writer's lease end, renewed or not: the
+# owner's older request, arriving after the writer's lease has ended, is
+# stale. (When the writer's lease was the hash's TTL, the hash, records and
+# all, went with it, and the older request ran.)
+fresh
+check "F5: W writes, lease 300, keep 5000" "[0-9]*"   "$(run acquire W1 w 300 0 5000)"
+check "  A's busy try (seq 10), keep 5000" "-*"       "$(raw acquire Fa 10 r 30000 0 5000)"
+check "  B's release of nothing (seq 10), keep 5000" "0" "$(raw release Fb 10 '' 0 5000)"
+check "  the hash lives keep past W's lease end" "yes" "$(p=$(pttl); w=$(hw f); [ "$p" -ge $(( w / 1000 + 300 + 5000 - $(nowms) )) ] && echo yes || echo "no $p")"
+sleep 0.5                                             # W's lease ends, not renewed
+check "  W's lease ended: A's older request (seq 9) is stale" "RWLOCK_STALE*request 9 of Fa*" "$(raw acquire Fa 9 r 30000 0 5000 2>&1)"
+check "  and B's (seq 9)"                 "RWLOCK_STALE*request 9 of Fb*" "$(raw acquire Fb 9 w 30000 0 5000 2>&1)"
+check "  their records stand"             "10 10"      "$(hw s:Fa) $(hw s:Fb)"
+# (b) A writer whose lease has ended holds nothing: info and waits.lua do
+# not show it, renew.lua does not revive it, the next caller is granted
+# and the lapsed writer's w is gone.
+fresh
+tw=$(run acquire Wb w 300)
+check "a writer, lease 300: another writer queues" "-*" "$(run acquire Bq w 30000 10000)"
+check "  waits: it waits for the writer"  "1 Wb"       "$(run waits $V Bq w)"
+check "  info: write, Bq waiting"         "write $tw Wb [0-9]* Bq *" "$(run info $V)"
+sleep 0.4
+check "its lease ended: info says free, Bq waiting" "free $tw  0  Bq *" "$(run info $V)"
+check "  waits: Bq waits for nobody"      "1"          "$(run waits $V Bq w)"
+check "  renew: 0, not revived"           "0 Wb"       "$(run renew Wb 30000) $(hw w)"
+tb2=$(run acquire Bq w 30000 10000)
+check "  the next writer is granted, a larger token" "yes Bq" "$([ "$tb2" -gt "$tw" ] && echo yes || echo "no $tw $tb2") $(hw w)"
+check "  the lapsed writer's release: 0, Bq still holds" "0 write $tb2 Bq *" "$(run release Wb) $(run info $V)"
+run release Bq >/dev/null
+fresh
+tw=$(run acquire Wb w 500)
+sleep 0.6
+check "a writer's lease (500, in we) ended: a reader is granted" "$tw" "$(run acquire Rb r 30000)"
+check "  w and we are gone"               "0 0"        "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' w) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' we)"
+check "  info: read"                      "read $tw  0 Rb *" "$(run info $V)"
+run release Rb >/dev/null
+# (c) A lease other than 30000: its end is in we, tied to the token; a
+# renewal rewrites it; a we of another (earlier) token is ignored.
+fresh
+# (grant and renewal in one batch: a loaded machine may take the 500 ms
+# between two redis-cli runs)
+got=$(batch "acquire Wc w 500" "renew Wc 3000" | paste -sd'|')
+tw=${got%%|*}
+check "a write lease of 500, renewed at once to 3000" "[0-9]*|1" "$got"
+check "  we is \"<token> <end>\", rewritten by the renewal" "yes $tw" "$(wend_in 2000 3000) $(hw we | cut -d' ' -f1)"
+sleep 0.7                                             # past the grant's 500 ms
+check "  it still holds, past the first lease" "write $tw Wc * -*" "$(run info $V) $(run acquire Xc w 30000)"
+sleep 2.5                                             # past the renewal's
+check "  and its lease ends with the renewal's" "free*" "$(run info $V)"
+check "  the next writer is granted"      "[0-9]*"     "$(run acquire Xc w 30000)"
+run release Xc >/dev/null
+fresh
+tp=$(run acquire Wd w 30000)
+run release Wd >/dev/null
+tw=$(run acquire We w 30000)
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' we "$tp $(( $(nowms) - 1000 ))" >/dev/null
+check "a we of an earlier token, its end past: ignored" "write $tw We [12][0-9][0-9][0-9][0-9] *-*" "$(run info $V) $(run acquire Xe w 30000)"
+check "  the writer still renews"        "1"           "$(run renew We 30000)"
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' f "$tw" we "$tp $(( $(nowms) + 100000 ))" >/dev/null
+check "  one whose end is far: ignored too (30000 ms from the token)" "yes" "$(set -- $(run info $V); [ "$4" -le 30000 ] && echo yes || echo "no $*")"
+run release We >/dev/null
+# (d) fence.lua raises f for the writer and rewrites we with the new token:
+# the writer's lease end stays where it was.
+fresh
+run acquire Wf w 500 >/dev/null
+end0=$(hw we | cut -d' ' -f2)
+check "fence by a writer with lease 500"  "1"          "$(run fence Wf 9000000000000000)"
+check "  we: the new token, the same end" "9000000000000000 $end0" "$(hw we)"
+sleep 0.6
+check "  its lease still ends on time"   "free 9000000000000000 *" "$(run info $V)"
+fresh
+tw=$(run acquire Wg w 30000)
+check "fence by a writer with lease 30000 (no we)" "1" "$(run fence Wg 9100000000000000)"
+check "  we: the new token, the end from the old one" "9100000000000000 $(( tw / 1000 + 30000 ))" "$(hw we)"
+check "  info: the lease left is still under 30000 ms" "yes" "$(set -- $(run info $V); [ "$2" = 9100000000000000 ] && [ "$4" -le 30000 ] && [ "$4" -gt 20000 ] && echo yes || echo "no $*")"
+run release Wg >/dev/null
+fresh
+
 # The lean calling convention: owner and seq first, the version the
 # script's own, the held claim in the mode ("u": an upgrade), mark and keep
 # optional (absent: 0 and 600000). Most calls above leave them out; here

@@ -638,6 +638,10 @@ def run(args):
                 break
             steps += 1
             cc = rng.randrange(N)
+            if model.w is not None and model.wl <= 1 and rng.random() < 0.5:
+                # a writer whose lease ended, its w still there: its own
+                # calls (release, renewal, acquire) are rarer at random
+                cc = model.w
             op = rng.choice(("r", "w", "w", "release", "release", "q", "renew"))
             fval = model.f
             seq, how = next_seq(cc, op == "renew")

@@ -260,15 +260,31 @@ check "the other reader's lease ran out" "[0-9]*"        "$(run acquire x3 w 300
 check "its field is gone"                "0"          "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' 'r:x1')"
 run release x3 >/dev/null
 # ---- leases, TTLs and tokens ----
+# The writer's lease is not the hash's TTL (protocol 3, F5 of
+# verify/FINDINGS.md): it ends where field we ("<token> <end ms>") says when
+# we names the current token (f), else 30000 ms after the token's time
+# (f / 1000). A write grant, renewal or release raises the TTL to
+# 2 x max(keep, lease) when it is below max(keep, lease); nothing lowers it.
 "$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
-ta=$(run acquire l1 w 5000)
 pttl() { "$REDIS_CLI" -p "$PORT" pttl 'rw:{a}'; }
-check "a writer's lease is the hash's TTL" "yes"      "$(p=$(pttl); [ "$p" -le 5000 ] && [ "$p" -gt 4000 ] && echo yes || echo "no $p")"
-check "renewal sets it again"            "1"          "$(run renew l1 8000)"
-check "  to the new lease"               "yes"        "$(p=$(pttl); [ "$p" -le 8000 ] && [ "$p" -gt 7000 ] && echo yes || echo "no $p")"
-check "a waiting reader does not extend it" "-*"      "$(run acquire l2 r 30000 2000)"
-check "  (still the writer's lease)"     "yes"        "$(p=$(pttl); [ "$p" -le 8000 ] && echo yes || echo "no $p")"
-check "info: writer's lease left"        "write $ta l1 [0-9]*"  "$(run info $V)"
+nowms() { "$REDIS_CLI" -p "$PORT" time | { read -r s; read -r u; echo $((s * 1000 + 10#$u / 1000)); }; }
+hw() { "$REDIS_CLI" -p "$PORT" hget 'rw:{a}' "$1"; }
+# wend_in LOW HIGH: the writer's lease end (we's) lies LOW..HIGH ms from now,
+# and we names the current token
+wend_in() {
+  local we f n; we=$(hw we); f=$(hw f); n=$(nowms)
+  [ "${we%% *}" = "$f" ] && [ $(( ${we#* } - n )) -gt "$1" ] && [ $(( ${we#* } - n )) -le "$2" ] &&
+    echo yes || echo "no we '$we' f $f now $n"
+}
+ta=$(run acquire l1 w 5000)
+check "a write grant raises the TTL to 2 x max(keep, lease)" "yes" "$(p=$(pttl); [ "$p" -le 1200000 ] && [ "$p" -gt 1190000 ] && echo yes || echo "no $p")"
+check "  a lease other than 30000 writes its end in we" "yes" "$(wend_in 4000 5000)"
+check "renewal"                          "1"          "$(run renew l1 8000)"
+check "  rewrites we, to the new lease"  "yes"        "$(wend_in 7000 8000)"
+check "  and never lowers the TTL"       "yes"        "$(p=$(pttl); [ "$p" -gt 1180000 ] && echo yes || echo "no $p")"
+check "a waiting reader"                 "-*"         "$(run acquire l2 r 30000 2000)"
+check "  makes its record live keep past the writer's lease end (x)" "yes" "$(p=$(pttl); e=$(hw we); [ "$p" -ge $(( ${e#* } - $(nowms) + 600000 )) ] && echo yes || echo "no $p")"
+check "info: writer's lease left, from we" "write $ta l1 [5-8][0-9][0-9][0-9]*"  "$(run info $V)"
 run release l1 >/dev/null
 check "released: the token stays for keep" "yes"      "$(p=$(pttl); [ "$p" -gt 590000 ] && echo yes || echo "no $p")"
 sleep 0.15                                            # the turn l2's mark started
@@ -277,9 +293,15 @@ check "the next token is larger"         "yes" "$([ "$tb" -gt "$ta" ] && echo ye
 run release l3 >/dev/null
 run acquire l4 w 300 >/dev/null
 sleep 0.4
-check "a writer's lapsed lease: release says lost" "0" "$(run release l4)"
+# w still names it: nobody called after its lease's end (any call would
+# have removed w), so it held the lock alone throughout
+check "a writer's lapsed lease, nobody came: release says held" "1" "$(run release l4)"
+run acquire l7 w 300 >/dev/null
+sleep 0.4
+check "a writer's lapsed lease, another owner came after its end" "0 0" "$(run release l8) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' w)"
+check "  its release then says lost"     "0"          "$(run release l7)"
 tc=$(run acquire l5 w 30000)
-check "the token after the hash is gone comes from the clock" "yes" "$([ "$tc" -gt "$tb" ] && echo yes || echo "no $tb $tc")"
+check "the token after the writer's lapse is larger" "yes" "$([ "$tc" -gt "$tb" ] && echo yes || echo "no $tb $tc")"
 run release l5 >/dev/null
 run acquire l6 r 300 >/dev/null
 sleep 0.4
@@ -355,7 +377,7 @@ run release g2 q >/dev/null
 "$REDIS_CLI" -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
 "$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
 check "a left-over writer field, \"w\": a new, larger token" "yes" "$(t=$(run acquire s1 w 30000); [ "$t" -gt 100 ] && echo yes || echo "no $t")"
-check "  its lease is the hash's TTL"  "yes"       "$(t=$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 20000 ] && echo yes || echo "no $t")"
+check "  the hash outlives its lease by keep" "yes" "$(t=$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}'); [ "$t" -gt 629000 ] && echo yes || echo "no $t")"
 "$REDIS_CLI" -p "$PORT" del 'rw:{a}' 'rw:{a}:q' >/dev/null
 "$REDIS_CLI" -p "$PORT" hset 'rw:{a}' v "$V" w s1 f 100 x 0 >/dev/null
 "$REDIS_CLI" -p "$PORT" pexpire 'rw:{a}' 1000 >/dev/null
@@ -577,6 +599,86 @@ check "a busy try is recorded"            "-*"         "$(run acquire k5 r 30000
 check "  and its record lives keep at least" "yes"     "$([ "$("$REDIS_CLI" -p "$PORT" pttl 'rw:{a}')" -gt 600000 ] && echo yes || echo no)"
 fresh
 
+# ---- the writer's lease as a field (protocol 3, F5 of verify/FINDINGS.md) ----
+# (a) A record written while a writer holds (a busy try, a release of
+# nothing) lives keep past that writer's lease end, renewed or not: the
+# owner's older request, arriving after the writer's lease has ended, is
+# stale. (When the writer's lease was the hash's TTL, the hash, records and
+# all, went with it, and the older request ran.)
+fresh
+check "F5: W writes, lease 300, keep 5000" "[0-9]*"   "$(run acquire W1 w 300 0 5000)"
+check "  A's busy try (seq 10), keep 5000" "-*"       "$(raw acquire Fa 10 r 30000 0 5000)"
+check "  B's release of nothing (seq 10), keep 5000" "0" "$(raw release Fb 10 '' 0 5000)"
+check "  the hash lives keep past W's lease end" "yes" "$(p=$(pttl); w=$(hw f); [ "$p" -ge $(( w / 1000 + 300 + 5000 - $(nowms) )) ] && echo yes || echo "no $p")"
+sleep 0.5                                             # W's lease ends, not renewed
+check "  W's lease ended: A's older request (seq 9) is stale" "RWLOCK_STALE*request 9 of Fa*" "$(raw acquire Fa 9 r 30000 0 5000 2>&1)"
+check "  and B's (seq 9)"                 "RWLOCK_STALE*request 9 of Fb*" "$(raw acquire Fb 9 w 30000 0 5000 2>&1)"
+check "  their records stand"             "10 10"      "$(hw s:Fa) $(hw s:Fb)"
+# (b) A writer whose lease has ended holds nothing: info and waits.lua do
+# not show it, renew.lua does not revive it, the next caller is granted
+# and the lapsed writer's w is gone.
+fresh
+tw=$(run acquire Wb w 300)
+check "a writer, lease 300: another writer queues" "-*" "$(run acquire Bq w 30000 10000)"
+check "  waits: it waits for the writer"  "1 Wb"       "$(run waits $V Bq w)"
+check "  info: write, Bq waiting"         "write $tw Wb [0-9]* Bq *" "$(run info $V)"
+sleep 0.4
+check "its lease ended: info says free, Bq waiting" "free $tw  0  Bq *" "$(run info $V)"
+check "  waits: Bq waits for nobody"      "1"          "$(run waits $V Bq w)"
+check "  renew: 0, not revived"           "0 Wb"       "$(run renew Wb 30000) $(hw w)"
+tb2=$(run acquire Bq w 30000 10000)
+check "  the next writer is granted, a larger token" "yes Bq" "$([ "$tb2" -gt "$tw" ] && echo yes || echo "no $tw $tb2") $(hw w)"
+check "  the lapsed writer's release: 0, Bq still holds" "0 write $tb2 Bq *" "$(run release Wb) $(run info $V)"
+run release Bq >/dev/null
+fresh
+tw=$(run acquire Wb w 500)
+sleep 0.6
+check "a writer's lease (500, in we) ended: a reader is granted" "$tw" "$(run acquire Rb r 30000)"
+check "  w and we are gone"               "0 0"        "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' w) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' we)"
+check "  info: read"                      "read $tw  0 Rb *" "$(run info $V)"
+run release Rb >/dev/null
+# (c) A lease other than 30000: its end is in we, tied to the token; a
+# renewal rewrites it; a we of another (earlier) token is ignored.
+fresh
+# (grant and renewal in one batch: a loaded machine may take the 500 ms
+# between two redis-cli runs)
+got=$(batch "acquire Wc w 500" "renew Wc 3000" | paste -sd'|')
+tw=${got%%|*}
+check "a write lease of 500, renewed at once to 3000" "[0-9]*|1" "$got"
+check "  we is \"<token> <end>\", rewritten by the renewal" "yes $tw" "$(wend_in 2000 3000) $(hw we | cut -d' ' -f1)"
+sleep 0.7                                             # past the grant's 500 ms
+check "  it still holds, past the first lease" "write $tw Wc * -*" "$(run info $V) $(run acquire Xc w 30000)"
+sleep 2.5                                             # past the renewal's
+check "  and its lease ends with the renewal's" "free*" "$(run info $V)"
+check "  the next writer is granted"      "[0-9]*"     "$(run acquire Xc w 30000)"
+run release Xc >/dev/null
+fresh
+tp=$(run acquire Wd w 30000)
+run release Wd >/dev/null
+tw=$(run acquire We w 30000)
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' we "$tp $(( $(nowms) - 1000 ))" >/dev/null
+check "a we of an earlier token, its end past: ignored" "write $tw We [12][0-9][0-9][0-9][0-9] *-*" "$(run info $V) $(run acquire Xe w 30000)"
+check "  the writer still renews"        "1"           "$(run renew We 30000)"
+"$REDIS_CLI" -p "$PORT" hset 'rw:{a}' f "$tw" we "$tp $(( $(nowms) + 100000 ))" >/dev/null
+check "  one whose end is far: ignored too (30000 ms from the token)" "yes" "$(set -- $(run info $V); [ "$4" -le 30000 ] && echo yes || echo "no $*")"
+run release We >/dev/null
+# (d) fence.lua raises f for the writer and rewrites we with the new token:
+# the writer's lease end stays where it was.
+fresh
+run acquire Wf w 500 >/dev/null
+end0=$(hw we | cut -d' ' -f2)
+check "fence by a writer with lease 500"  "1"          "$(run fence Wf 9000000000000000)"
+check "  we: the new token, the same end" "9000000000000000 $end0" "$(hw we)"
+sleep 0.6
+check "  its lease still ends on time"   "free 9000000000000000 *" "$(run info $V)"
+fresh
+tw=$(run acquire Wg w 30000)
+check "fence by a writer with lease 30000 (no we)" "1" "$(run fence Wg 9100000000000000)"
+check "  we: the new token, the end from the old one" "9100000000000000 $(( tw / 1000 + 30000 ))" "$(hw we)"
+check "  info: the lease left is still under 30000 ms" "yes" "$(set -- $(run info $V); [ "$2" = 9100000000000000 ] && [ "$4" -le 30000 ] && [ "$4" -gt 20000 ] && echo yes || echo "no $*")"
+run release Wg >/dev/null
+fresh
+
 # The lean calling convention: owner and seq first, the version the
 # script's own, the held claim in the mode ("u": an upgrade), mark and keep
 # optional (absent: 0 and 600000). Most calls above leave them out; here
@@ -584,12 +686,14 @@ fresh
 within() { [ "$1" -gt "$2" ] && [ "$1" -le "$3" ] && echo yes || echo "no $1"; }  # N LOW HIGH
 fresh
 check "acquire owner seq mode lease: a write" "[0-9]*"  "$(run acquire L1 w 30000)"
-check "  its lease is the hash's TTL"    "yes"        "$(within "$(pttl)" 29000 30000)"
+check "  the TTL is 2 x keep's default, no we (LEASE)" "yes 0" "$(within "$(pttl)" 1190000 1200000) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' we)"
 check "a busy try without a mark"        "-*"         "$(run acquire L2 w 30000)"
 check "  leaves no intent (mark 0)"      "0 0"        "$("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' i:L2) $("$REDIS_CLI" -p "$PORT" exists 'rw:{a}:q')"
 check "  but is recorded"                "$(cat "$DIR/seq")" "$(hf s:L2)"
+p0=$(pttl)     # the busy try raised it: keep past the writer's lease end
+check "  which raised the TTL past the writer's lease end + keep" "yes" "$(within "$p0" 1220000 1230000)"
 check "release owner seq: released"      "1"          "$(run release L1)"
-check "  the token stays 600000 ms (keep's default)" "yes" "$(within "$(pttl)" 590000 600000)"
+check "  the token stays (keep's default, 600000 ms, at least): the TTL is not lowered" "yes" "$(within "$(pttl)" $((p0 - 5000)) "$p0")"
 check "a reader without keep"            "[0-9]*"     "$(run acquire L3 r 30000)"
 check "  the hash lives lease + 2 x 600000 ms" "yes"  "$(within "$(pttl)" 1220000 1230000)"
 run release L3 >/dev/null
@@ -600,8 +704,11 @@ check "a writer waits, mark and keep given" "-*"      "$(run acquire L4 w 30000 
 check "  its intent lasts the mark"      "yes"        "$(n=$(( $("$REDIS_CLI" -p "$PORT" time | head -1) * 1000 )); i=$(hf i:L4); within "$((i - n))" 500 3000)"
 check "  release q: the intent withdrawn" "1 0"       "$(run release L4 q) $("$REDIS_CLI" -p "$PORT" hexists 'rw:{a}' i:L4)"
 run release L3 >/dev/null
-check "a write, then release with keep 5000" "1"      "$(run acquire L5 w 30000 >/dev/null; run release L5 '' 0 5000)"
-check "  the token stays 5000 ms"        "yes"        "$(within "$(pttl)" 4000 5000)"
+fresh
+check "a write with keep 5000"          "[0-9]*"     "$(run acquire L5 w 30000 0 5000)"
+check "  the TTL is 2 x max(keep, lease)" "yes"       "$(within "$(pttl)" 50000 60000)"
+check "  release with keep 5000"         "1"          "$(run release L5 '' 0 5000)"
+check "  the token stays: the TTL is not lowered to keep" "yes" "$(within "$(pttl)" 50000 60000)"
 check "renew owner seq lease (keep absent)" "1"       "$(run acquire L6 r 30000 >/dev/null; run renew L6 700000)"
 check "  the hash lives the new lease + 2 x 600000 ms" "yes" "$(within "$(pttl)" 1890000 1900000)"
 run release L6 >/dev/null

@@ -7,7 +7,13 @@ The model keeps every time of the lock's hash relative to now, in ticks (a
 acquire, release and renew inlines in Python, line for line and with the
 same abstraction, protocol 3's request order included (seq, the fields
 s:<o>, stale requests), and runs the real scripts on a Redis started for
-the purpose.  Redis's clock cannot be controlled, so the test follows it:
+the purpose.  Where protocol.pml still makes the writer's lease the hash's
+TTL, this file follows lua/ since F5 (verify/FINDINGS.md): the writer's
+lease is a field (we, or 30000 ms after the token f), the hash does not
+expire with it, and a writer whose lease ended holds nothing: its w stays
+until a general path of acquire or release removes it (release by that
+writer itself answers 1 while w names it), renew answers 0 for it, and a
+reader whose lease ended releases by the general path.  Redis's clock cannot be controlled, so the test follows it:
 one tick is TICK_MS of real time, every call of a tick is made within the
 first WINDOW_MS of it, and the durations passed to the scripts are whole
 ticks less half a tick (a lease of 3 ticks is 400 ms), so that an end set
@@ -27,15 +33,21 @@ After each call it compares
     again; a read grant: the last write token), held 1/0 for release and
     renew, or the error reply RWLOCK_STALE;
   - the hash: whether it exists, w, n, f, each r:<o>, rm, i:<o>, s:<o>,
-    qe, rt, rw, z as tvals, the writer's lease (the hash's TTL), and the
-    queue key (its members in order, its TTL);
+    qe, rt, rw, z as tvals, the writer's lease (from we, or the token f),
+    and the queue key (its members in order, its TTL);
+  - the hash's life, outside the model's abstraction: its TTL is never
+    lowered (its end never comes earlier), x never comes down, the TTL
+    lasts until x, and a request that was recorded leaves the hash keep
+    (KEEP_MS) at least to live, whoever holds;
   - who the release told (a PUBLISH to the readers, to one writer).
 It also checks the rule of docs/protocol.md 3.3 that a field i:<o> is
 present only while <o> is in the queue (the known divergence of issue 28
 breaks it: --allow-stale-intent lets the run go on and counts it).  The
-converse does not hold and is not checked: a writer's lease that runs out
-takes the hash, i: fields included, and leaves the queue key, whose
-members acquire.lua then treats as left over.
+converse does not hold and is not checked: a queue key may outlive its
+members' i: fields (a lost hash), and acquire.lua then treats them as left
+over.  At the end it prints how often the run met a writer's lapsed lease
+(its w removed, its own release, its renewal) and a lapsed reader's
+release.
 
 A tick whose calls could not keep to the window (a loaded machine) is
 not compared: the run starts again from an empty lock and counts a slip.
@@ -76,6 +88,12 @@ def TV(k):
     return k + 1
 
 
+# How often the run met the rules of a writer's lapsed lease (the model
+# counts, run prints): a run that met none of them tested none of them.
+SEEN = {"lapsed w removed": 0, "writer's release past its lease": 0,
+        "lapsed writer's renewal": 0, "lapsed reader's release": 0}
+
+
 class Lock:
     """The model's state of the lock (struct Lock of protocol.pml)."""
 
@@ -97,8 +115,9 @@ class Lock:
         self.r = [dec(v) for v in self.r]
         self.i = [dec(v) for v in self.i]
         self.m = [dec(v) for v in self.m]
-        if self.w is not None and self.wl <= 1:
-            self.clear_hash()
+        # A writer whose lease ends holds nothing, but its w stays until a
+        # general path removes it (the hash lives keep past every request:
+        # it no longer expires with the writer, F5 of verify/FINDINGS.md).
         if self.q and self.qt <= 1:
             self.q, self.qt = [], 0
 
@@ -151,6 +170,11 @@ class Lock:
                  myread=S.r[cc], myint=S.i[cc])
         g7, g6 = S.r[cc] > 0, S.i[cc] > 0
         cleaned = False
+        # A writer whose lease has ended holds nothing: its w (and we) go,
+        # before anything else (the caller's own included: not a clean-up).
+        if S.w is not None and S.wl <= 1:
+            S.w, S.wl = None, 0
+            SEEN["lapsed w removed"] += 1
         if S.r[cc] > 0:
             S.r[cc] = 0
             L["ln"] -= 1
@@ -298,6 +322,9 @@ class Lock:
         if S.s[cc] > seq:
             return STALE
         if S.w == cc:
+            if S.wl <= 1:
+                SEEN["lapsed writer's renewal"] += 1
+                return 0                # its lease ended: never revived
             if S.r[cc] > 0:
                 S.r[cc] = TV(LEASE)
             S.wl = TV(LEASE)
@@ -326,10 +353,15 @@ class Lock:
         S = self
         told = set()
         if not kq and S.z == 0 and S.w == cc and S.r[cc] == 0:
+            # w still names it, lapsed or not: nobody took the lock since
+            if S.wl <= 1:
+                SEEN["writer's release past its lease"] += 1
             S.w, S.wl = None, 0
             return 1, told
-        if not kq and S.z == 0 and S.r[cc] > 0 and S.w is None:
-            held = 1 if S.r[cc] >= 2 else 0
+        if not kq and S.z == 0 and S.r[cc] >= 2 and S.w is None:
+            # a reader whose lease has not ended (a lapsed one takes the
+            # general path)
+            held = 1
             if S.n > 1:
                 S.r[cc] = 0
                 S.n -= 1
@@ -341,6 +373,16 @@ class Lock:
         r0 = S.r[cc] > 0
         changed = left_reader = False
         held = 0
+        # Another owner's writer whose lease has ended holds nothing: its w
+        # goes (the caller's own still names it: it held throughout).
+        if S.w is not None and S.w != cc and S.wl <= 1:
+            S.w, S.wl = None, 0
+            changed = True
+            SEEN["lapsed w removed"] += 1
+        if S.w == cc and S.wl <= 1 and not kq:
+            SEEN["writer's release past its lease"] += 1
+        if S.r[cc] == 1 and not kq:
+            SEEN["lapsed reader's release"] += 1
         if S.i[cc] > 0:
             S.zrem(cc)
             S.i[cc] = 0
@@ -481,10 +523,17 @@ class Real:
             left = int(v) - now
             return 1 if left <= 0 else -(-left // TICK_MS) + 1
 
+        wl = 0
+        if "w" in h:
+            # the writer's lease end: we's, if we names the token f, else
+            # 30000 ms after the token's time (acquire.lua)
+            we = h.get("we", "").split(" ")
+            end = int(we[1]) if len(we) == 2 and we[0] == h["f"] else int(h["f"]) // 1000 + 30000
+            wl = tv(end)
         st = {
             "ex": bool(h),
             "w": OWNERS.index(h["w"]) if "w" in h else None,
-            "wl": (-(-pttl // TICK_MS) + 1) if "w" in h else 0,
+            "wl": wl,
             "f": int(h["f"]) if "f" in h else None,
             "n": int(h.get("n", 0)),
             "r": [tv(h.get("r:" + o)) for o in OWNERS],
@@ -495,7 +544,11 @@ class Real:
             st[k] = tv(h.get(k))
         st["q"] = [OWNERS.index(x.decode()) for x in q]
         st["qt"] = (-(-qttl // TICK_MS) + 1) if q else 0
-        return st
+        # not in the model's abstraction: the hash's expiry and x, in ms of
+        # Redis's clock, for the rules of its life (run's ttl_rules)
+        life = {"now": now, "exp": now + pttl if h else None, "pttl": pttl,
+                "x": int(h["x"]) if "x" in h else None}
+        return st, life
 
 
 def model_state(m):
@@ -517,6 +570,7 @@ def run(args):
     late = stale = 0                # older seqs sent; answered RWLOCK_STALE
     t0 = time.monotonic()
     tick = 0
+    prev_life = None                # the hash's expiry and x after the last call
 
     def fail(what):
         print("DIFFERENCE at step %d (seed %d): %s" % (steps, args.seed, what))
@@ -525,8 +579,32 @@ def run(args):
             print("  " + line)
         sys.exit(1)
 
+    def ttl_rules(desc, life, prev, recorded):
+        """The hash's life (docs/protocol.md 3.3, F5 of verify/FINDINGS.md):
+        a TTL is never lowered (its end, now + PTTL, never comes earlier),
+        x never comes down (a write grant no longer resets it), the TTL
+        lasts until x at least, and a request that was recorded (s:<o>)
+        leaves the hash KEEP_MS at least to live, whoever holds."""
+        slack = 3                   # ms: PTTL's and TIME's rounding
+        if life["exp"] is None:
+            if prev and prev["exp"] is not None:
+                fail("%s: the hash is gone (it had %d ms left)" % (desc, prev["pttl"]))
+            return
+        if life["pttl"] < 0:
+            fail("%s: the hash has no TTL (%d)" % (desc, life["pttl"]))
+        if prev and prev["exp"] is not None and life["exp"] < prev["exp"] - slack:
+            fail("%s: the hash's TTL was lowered: it ends %d ms earlier" %
+                 (desc, prev["exp"] - life["exp"]))
+        if prev and prev["x"] is not None and (life["x"] or 0) < prev["x"]:
+            fail("%s: x came down from %d to %s" % (desc, prev["x"], life["x"]))
+        if life["x"] is not None and life["exp"] < life["x"] - slack:
+            fail("%s: the hash ends %d ms before x" % (desc, life["x"] - life["exp"]))
+        if recorded and life["pttl"] < KEEP_MS - slack:
+            fail("%s: a recorded request, but the hash lives only %d ms" % (desc, life["pttl"]))
+
     def restart():
-        nonlocal model, tokens
+        nonlocal model, tokens, prev_life
+        prev_life = None
         r.delete(HASH, QUEUE)
         real.told()
         model = Lock()
@@ -560,6 +638,10 @@ def run(args):
                 break
             steps += 1
             cc = rng.randrange(N)
+            if model.w is not None and model.wl <= 1 and rng.random() < 0.5:
+                # a writer whose lease ended, its w still there: its own
+                # calls (release, renewal, acquire) are rarer at random
+                cc = model.w
             op = rng.choice(("r", "w", "w", "release", "release", "q", "renew"))
             fval = model.f
             seq, how = next_seq(cc, op == "renew")
@@ -613,14 +695,19 @@ def run(args):
                 stale += got == STALE
                 told_want = set()
             told = real.told()
-            st = real.state()
+            st, life = real.state()
             if time.monotonic() - start > WINDOW_MS / 1000:
                 # too slow to tell which tick Redis's times belong to
                 slips += 1
                 restart()
                 break
             ms_ = model_state(model)
-            history.append("%s  told %s  %s" % (desc, sorted(map(str, told)), ms_))
+            history.append("%s  told %s  %s  pttl %s x %s" %
+                           (desc, sorted(map(str, told)), ms_, life["pttl"],
+                            life["x"] - life["now"] if life["x"] else None))
+            recorded = op != "renew" and not (want if op in ("r", "w") else held) == STALE
+            ttl_rules(desc, life, prev_life, recorded)
+            prev_life = life
             if told != told_want:
                 fail("%s: real told %s, model %s" % (desc, told, told_want))
             if st != ms_:
@@ -628,9 +715,8 @@ def run(args):
                 fail("%s: state differs (model, real): %s" % (desc, diff))
             # a live intent i:<o> is always queued (a lapsed one may outlive
             # the queue key until the waiter asks again, which re-queues it;
-            # a member without its field is left over from a hash that
-            # expired with its writer's lease: acquire.lua sends it to the
-            # back)
+            # a member without its field is left over from a hash that was
+            # lost: acquire.lua sends it to the back)
             for k in range(N):
                 if st["i"][k] >= 2 and k not in st["q"]:
                     if not args.allow_stale_intent:
@@ -643,6 +729,7 @@ def run(args):
           "%d states with an i: field out of the queue%s)" %
           (steps, tick, args.seed, late, stale, slips, stale_intent,
            ", allowed: --allow-stale-intent" if args.allow_stale_intent else ""))
+    print("diff_scripts: met " + ", ".join("%s %d" % kv for kv in SEEN.items()))
 
 
 def main():

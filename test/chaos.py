@@ -113,7 +113,8 @@ increments less the counter; the values written twice are listed), late
 requests and stale answers; a line before it gives the proxy's counts (cuts,
 late requests, their answers). Exits 1 on a lost update, a violation, a
 session that made no progress, or a run in which no late request was
-answered RWLOCK_STALE (it would prove nothing); 2 if a session is stuck
+answered RWLOCK_STALE (it would prove nothing) or in which the proxy read a
+request's ARGV in another convention than the scripts'; 2 if a session is stuck
 (still in a call 90 s after the end). The proxy knows the scripts by their
 SHA1, from the lua/ of this tree ($CHAOS_TREE=<tree> for another's, e.g.
 the tree of an older protocol whose extension is installed).
@@ -1212,6 +1213,13 @@ def run(topo, args):
     elif args.kinds and not ps["late stale"]:
         verdict.append("no late request of the proxy's was answered RWLOCK_STALE: the run "
                        "proves nothing about stale requests")
+    if ps["seen without seq"]:
+        # Every acquire.lua and release.lua call carries its seq in ARGV[2]
+        # (owner ARGV[1]): a request read otherwise is matched to no owner's
+        # next grant, and its late delivery waits for the deadline.
+        verdict.append("the proxy read %d protocol requests without a seq in ARGV[2]: it "
+                       "parses the scripts' ARGV in another convention than the extension "
+                       "sends (faultproxy.py, classify)" % ps["seen without seq"])
     if args.quorum:
         cur.execute("ALTER SYSTEM RESET rwlock.quorum_max_lease")
         cur.execute("SELECT pg_reload_conf()")

@@ -7,8 +7,11 @@ behind the listener it came to (one listener per Redis, on a port of
 proxy reads both streams as RESP: the client's commands, to know each
 connection's user (AUTH), its set-up (AUTH, SELECT, HELLO) and the protocol
 scripts it runs (EVALSHA / EVAL of acquire.lua or release.lua, known by
-their SHA1: owner ARGV[1], seq ARGV[2], lock KEYS[1]); and Redis's replies, to match
-each to its command.
+their SHA1: lock KEYS[1], owner ARGV[1] and seq ARGV[2] in protocol 3's
+calling convention; owner ARGV[2] where ARGV[1] is a version, "2" or "3",
+as in protocol 2 and protocol 3's first convention); and Redis's replies,
+to match each to its command. An acquire or release of the lean convention
+whose ARGV[2] is no seq is counted ("seen without seq": chaos.py fails).
 
 At random moments (seeded; on average one every cut_every s, only while
 cutting is on, only on connections authenticated as cut_user), it cuts off
@@ -149,10 +152,11 @@ def encode(argv):
 
 class Req:
     """A protocol script request seen on its way to Redis."""
-    __slots__ = ("kind", "owner", "key", "seq", "argv", "sent", "late", "via")
+    __slots__ = ("kind", "owner", "key", "seq", "argv", "lean", "sent", "late", "via")
 
-    def __init__(self, kind, owner, key, seq, argv):
+    def __init__(self, kind, owner, key, seq, argv, lean=True):
         self.kind, self.owner, self.key, self.seq, self.argv = kind, owner, key, seq, argv
+        self.lean = lean             # owner ARGV[1], seq ARGV[2]; else the version first
         self.sent = None
         self.late = False
         self.via = None         # late: "same" or "new" connection
@@ -193,6 +197,7 @@ class Delivery:
         self.cut, self.where, self.on, self.need, self.due = cut, where, on, need, deadline
         self.seen = 0
         self.done = False
+        self.cued = False            # due at the owner's next request, not at the deadline
 
 
 class FaultProxy(threading.Thread):
@@ -430,6 +435,11 @@ class FaultProxy(threading.Thread):
         keys, args = argv[3:3 + nk], argv[3 + nk:]
         if not keys or len(args) < 2:
             return None
+        if args[0] in (b"2", b"3") and len(args) > 2:
+            # The version first: protocol 2 (owner, no seq), or protocol 3
+            # before its lean calling convention (owner, seq) ($CHAOS_TREE).
+            seq = args[2] if args[2].isdigit() else None
+            return Req(script[0], args[1], keys[0], seq, argv, lean=False)
         seq = args[1] if args[1].isdigit() else None
         return Req(script[0], args[0], keys[0], seq, argv)
 
@@ -455,6 +465,8 @@ class FaultProxy(threading.Thread):
         now = time.monotonic()
         if req is not None:
             self.stats["seen " + req.kind] += 1
+            if req.lean and req.seq is None:
+                self.stats["seen without seq"] += 1
             if self.cutting and p.user == self.cut_user and now >= self.next_cut:
                 self.cut(p, req, raw, prev == b"ASKING", now)
                 return
@@ -539,6 +551,7 @@ class FaultProxy(threading.Thread):
                 if d.seen == d.need:
                     # Into the critical section the grant opened.
                     d.due = min(d.due, now + self.rnd.uniform(0, 0.002))
+                    d.cued = True
 
     # ---- late deliveries ------------------------------------------------------------------
 
@@ -558,6 +571,7 @@ class FaultProxy(threading.Thread):
 
     def deliver(self, d):
         d.done = True
+        when = "late sends on cue" if d.cued else "late sends at the deadline"
         c = d.cut
         c.deliveries -= 1
         p = c.pair
@@ -568,6 +582,7 @@ class FaultProxy(threading.Thread):
                 self.gone(p, p.client)
             p.to_up += b"".join(raw for raw, _ in c.held)
             self.stats["late same connection"] += 1
+            self.stats[when] += 1
             self.tag_late(p, c.held, "same")
         else:
             if d.where == "same":
@@ -593,6 +608,7 @@ class FaultProxy(threading.Thread):
             q.to_up += encode(argv)
             self.pairs.append(q)
             self.stats["late new connection"] += 1
+            self.stats[when] += 1
             self.tag_late(q, c.held[:1], "new")
 
     def tag_late(self, p, held, via):
@@ -602,7 +618,7 @@ class FaultProxy(threading.Thread):
             if req is None:
                 p.tags.append(None)
                 continue
-            r = Req(req.kind, req.owner, req.key, req.seq, req.argv)
+            r = Req(req.kind, req.owner, req.key, req.seq, req.argv, req.lean)
             r.late, r.via = True, via
             self.stats["late deliveries"] += 1
             self.stats["late " + r.kind] += 1
@@ -613,13 +629,15 @@ class FaultProxy(threading.Thread):
         others = ", ".join("%s %d" % (k[len("late error "):], v) for k, v in sorted(s.items())
                            if k.startswith("late error "))
         return ("cuts %d (%d acquire, %d release; %d closed, %d silent); late requests %d "
-                "(%d acquire, %d release) in %d sends, %d on the held connection, %d on a new "
+                "(%d acquire, %d release) in %d sends (%d on cue: at the owner's next request "
+                "or grant; %d at the deadline), %d on the held connection, %d on a new "
                 "one (%d of them because the held one was killed); their answers: stale %d, "
                 "ran %d (%d releases freed a hold, %d acquisitions granted), errors %s, "
                 "unanswered %d"
                 % (s["cut acquire"] + s["cut release"], s["cut acquire"], s["cut release"],
                    s["cut close"], s["cut silent"], s["late deliveries"], s["late acquire"],
                    s["late release"], s["late same connection"] + s["late new connection"],
+                   s["late sends on cue"], s["late sends at the deadline"],
                    s["late same connection"], s["late new connection"],
                    s["late moved to a new connection"], s["late stale"], s["late ran"],
                    s["late freed"], s["late granted"], others or "none",

@@ -73,6 +73,7 @@ CONFIGS=(
 "late-drops|pass|-DN=2 -DLATE=1 -DDUPS -DDROPS=1 $KNOWN|a request late or run twice, and a dropped connection: P1-P5"
 "late-restart|pass|-DN=2 -DLATE=1 -DDUPS -DRESTARTS=1 -DNO_P1 $KNOWN|a request late or run twice, and a restart that loses the records: P2-P5"
 "F5|pass|-DN=2 -DLATE=1 -DNO_PHANTOMS $KNOWN|F5 fixed: a request late by less than keep finds its owner's record, whoever held the lock meanwhile (the writer's lease is no longer the hash's TTL): P1-P5, no phantom admitted in P4"
+"F5-prune|P4|-DN=2 -DLATE=1 -DPRUNES=1 -DNO_PHANTOMS $KNOWN|open, a limit: acquire.lua's pruning (docs/protocol.md 3.4) removes the record of an owner whose cut-off acquisition is still in flight; that request then runs as new: a hold its owner does not know of (the late configuration admits it as a phantom)"
 )
 LONG=(
 "restart-P1|P1|-DRESTARTS=1 $KNOWN|by design: holders of a data set Redis lost keep believing until their lease ends by their clock; only fencing tokens protect (docs/protocol.md 13)"
@@ -100,7 +101,7 @@ MUTANTS=(
 "old-F5|P4|-DN=2 -DLATE=1 -DNO_PHANTOMS -DOLD_WRITER_TTL|F5 as it was: the writer's lease is the hash's TTL; a release (or busy acquisition) records its seq in a hash that then dies with another owner's write lease, and the owner's older request, still in flight, runs as new: a hold its owner does not know of, well within keep"
 "no-seq-release|P1|-DN=2 -DLATE=1 -DNO_P3 -DNO_P4 -DMUT_NO_SEQ_RELEASE|release.lua forgets the seq check: a late release frees its owner's newer hold (F4)"
 )
-CI_MUTANTS=" release-any old-F2-grant "
+CI_MUTANTS=" release-any old-F2-grant old-F5 "
 
 declare -A PROP=(
 [P1]='assertion violated ((nw<=1)'

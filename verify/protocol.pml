@@ -21,9 +21,10 @@
  *   its seq whatever it answers, a release even where the owner held
  *   nothing (it makes the hash).  A renewal carries the counter as it is,
  *   is stale when s:<o> is above it, answers 0 without an s:<o>, and
- *   records nothing.  The record lives with the hash: a writer's lease
- *   that runs out, the keep expiry, a restart, an eviction or a failover
- *   loses it, as in Redis; so does acquire.lua's pruning (PRUNES: the
+ *   records nothing.  The record lives with the hash: the keep expiry, a
+ *   restart, an eviction or a failover loses it, as in Redis (not a
+ *   writer's lease: verify/FINDINGS.md F5, fixed); so does acquire.lua's
+ *   pruning (PRUNES: the
  *   s: field of an owner with no other field goes, at any moment, as when
  *   a new owner comes to a hash of 48 fields or more).
  *
@@ -32,13 +33,19 @@
  *   k ticks left.  A tick lowers every tval >= 2 by one (on the master and
  *   on the replica alike).  LEASE, MARK (the waiter's mark, RW_INTENT_MS)
  *   and TURN (READER_TURN_MS) are ticks, in the protocol's order:
- *   TURN < MARK <= LEASE.  A writer's lease is the hash's TTL: when it
- *   runs out the whole hash goes (the queue key is separate and lives
- *   until its own TTL, qe).
+ *   TURN < MARK <= LEASE.  A writer's lease is a time of its own (wl:
+ *   in the scripts, its token's time plus LEASE, or field we), not the
+ *   hash's TTL: grants and renewals only raise the TTL, so the hash, and
+ *   every record in it, outlives the lease.  A writer whose lease has
+ *   ended holds nothing: its w stays until a general path of acquire or
+ *   release removes it (release.lua still answers 1 to that writer while
+ *   w names it), renew.lua answers it 0.  (OLD_WRITER_TTL, a mutant: the
+ *   old rule, the lease is the hash's TTL and the whole hash goes with it;
+ *   the queue key is separate and lives until its own TTL, qe.)
  *
  *   Abstracted: the field x and the keep TTL (600 s, far beyond a lease):
- *   a hash with no writer in which nothing is live any more may expire at
- *   any moment (an over-approximation: Redis waits keep longer).  The
+ *   a hash in which nothing is live any more (no writer, or one whose
+ *   lease has ended) may expire at any moment (an over-approximation: Redis waits keep longer).  The
  *   version field v (always 3) and the take-over of protocol 2 hashes.
  *   Upgrades (u) and downgrades (keep "r"): the clients here hold nothing
  *   when they acquire, and say so with mode "r" or "w" (ARGV[3]; not "u")
@@ -103,11 +110,12 @@
  *      record of the client's hold, and a client that holds nothing and
  *      owes nothing has no live hold in Redis.  Save a "phantom": a hold
  *      made by a late request that ran after Redis lost its owner's record
- *      (the hash went: a writer's lease ran out, keep, a restart, an
- *      eviction, a failover), which no record can stop (docs/protocol.md
+ *      (the hash went: keep, a restart, an eviction, a failover; or the
+ *      record was pruned), which no record can stop (docs/protocol.md
  *      4.1).  With NO_PHANTOMS none is admitted, and keep never runs out
  *      while a request is in flight (every request arrives within keep):
- *      verify/FINDINGS.md F5.
+ *      verify/FINDINGS.md F5.  A hold is live: a w whose lease has ended
+ *      is none.
  *   P5 a client's own newest request (acquire, release, renewal) is never
  *      answered RWLOCK_STALE.
  */
@@ -181,7 +189,8 @@
 typedef Lock {
 	bool	ex;					/* the hash exists */
 	byte	w;					/* field w: the writer, or NONE */
-	byte	wl;					/* the hash's TTL while w is there (tval) */
+	byte	wl;					/* the writer's lease end while w is there
+								 * (tval; 1: ended, w holds nothing) */
 	byte	f;					/* field f: last write token (rank), 0 absent */
 	byte	r[N];				/* fields r:<o> */
 	byte	n;					/* field n */
@@ -329,10 +338,15 @@ inline tick_state(S)
 	:: i < N -> dec(S.r[i]); dec(S.in[i]); i++
 	:: else -> break
 	od;
+#ifdef OLD_WRITER_TTL
+	/* mutant, the rule before F5's fix: the writer's lease is the hash's
+	 * TTL (the write grant and the renewal set it): when it runs out, the
+	 * hash goes, every owner's record with it */
 	if
-	:: S.w != NONE && S.wl <= 1 -> clear_hash(S)	/* the writer's lease: the TTL */
+	:: S.w != NONE && S.wl <= 1 -> clear_hash(S)
 	:: else
 	fi;
+#endif
 	if
 	:: S.qn > 0 && S.qt <= 1 -> clear_queue(S)
 	:: else
@@ -533,6 +547,12 @@ inline acq_body(S)
 		ln = S.n; lrm = S.rm; lqe = S.qe; lrt = S.rt; lrw = S.rw;
 		myread = S.r[cc]; myint = S.in[cc];
 		g7 = (S.r[cc] > 0); g6 = (S.in[cc] > 0);
+		/* a writer whose lease has ended holds nothing: its w goes (the
+		 * caller's own too, as left over: no clean-up, nobody told) */
+		if
+		:: S.w != NONE && S.wl <= 1 -> S.w = NONE; S.wl = 0
+		:: else
+		fi;
 		/* holding nothing: a reader field of the caller's is left over */
 		if
 		:: S.r[cc] > 0 ->
@@ -688,7 +708,8 @@ inline acquire(S)
 inline renew_body(S)
 {
 	if
-	:: S.w == cc ->
+	:: S.w == cc && S.wl <= 1 -> res = 0	/* its lease ended: never revived */
+	:: S.w == cc && S.wl >= 2 ->
 		if
 		:: S.r[cc] > 0 -> S.r[cc] = TV(LEASE)
 		:: else
@@ -781,14 +802,17 @@ inline rel_body(S, kq, pub)
 	if
 #ifndef MUT_RELEASE_ANY
 	:: kq == 0 && S.z == 0 && S.w == cc && S.r[cc] == 0 ->
+		/* w names the caller, even past its lease's end: nobody came
+		 * since (any call after the end would have removed w) */
 #else
 	/* mutant: the writer's release does not check who the writer is */
 	:: kq == 0 && S.z == 0 && S.w != NONE && S.r[cc] == 0 ->
 #endif
-		S.w = NONE; S.wl = 0;	/* PEXPIRE keep */
+		S.w = NONE; S.wl = 0;	/* the TTL raised to keep, never lowered */
 		held = 1
-	:: kq == 0 && S.z == 0 && S.r[cc] > 0 && S.w == NONE ->
-		held = (S.r[cc] >= 2);
+	:: kq == 0 && S.z == 0 && S.r[cc] >= 2 && S.w == NONE ->
+		/* a reader whose lease has not ended (else the general path) */
+		held = 1;
 		if
 		:: S.n > 1 -> S.r[cc] = 0; S.n--
 		:: S.n <= 1 -> S.r[cc] = 0; S.n = 0; S.rm = 0	/* the hash stays for keep */
@@ -798,6 +822,13 @@ inline rel_body(S, kq, pub)
 		ln = S.n; lrm = S.rm; lqe = S.qe; lrt = S.rt; lrw = S.rw;
 		r0 = (S.r[cc] > 0);
 		changed = 0; left_reader = 0;
+		/* another owner's writer whose lease has ended holds nothing: its
+		 * w goes (who waits may now go); the caller's own stays to be
+		 * released below (answered 1) */
+		if
+		:: S.w != NONE && S.w != cc && S.wl <= 1 -> S.w = NONE; S.wl = 0; changed = 1
+		:: else
+		fi;
 		if
 		:: S.in[cc] > 0 -> zrem(S, cc); S.in[cc] = 0; changed = 1
 		:: else
@@ -1095,7 +1126,10 @@ inline check_wakeups()
 #endif
 }
 
-/* P4: a client that holds nothing and owes nothing has no hold in Redis */
+/* P4: a client that holds nothing and owes nothing has no hold in Redis
+ * (a live one: a w whose lease has ended holds nothing) */
+#define NOHOLD(C) ((st.w != C || st.wl < 2) && st.r[C] < 2)
+
 inline check_idle()
 {
 	skip;
@@ -1104,12 +1138,12 @@ inline check_idle()
 	do
 	:: i < N ->
 		if
-		:: phantom[i] && st.w != i && st.r[i] < 2 -> phantom[i] = 0
+		:: phantom[i] && NOHOLD(i) -> phantom[i] = 0
 		:: else
 		fi;
 		if
 		:: pc[i] != HOLD && !owed[i] && !phantom[i] ->
-			assert(st.w != i && st.r[i] < 2)	/* P4 */
+			assert(NOHOLD(i))	/* P4 */
 		:: else
 		fi;
 		i++
@@ -1445,7 +1479,8 @@ inline tick()
 	skip
 }
 
-/* Nothing in the hash is live and no writer holds: keep may run out. */
+/* Nothing in the hash is live and no writer holds (none, or one whose
+ * lease has ended): keep may run out. */
 #define NOLIVE(S, I) (I >= N || (S.r[I] < 2 && S.in[I] < 2))
 /* keep (600 s) may run out while a request is in flight; with NO_PHANTOMS
  * every request arrives within keep (F5) */
@@ -1454,7 +1489,7 @@ inline tick()
 #else
 #define KEEP_MAY_END 1
 #endif
-#define HASH_DEAD(S) (S.ex && S.w == NONE && S.qe < 2 && S.rt < 2 && S.rw < 2 && \
+#define HASH_DEAD(S) (S.ex && (S.w == NONE || S.wl < 2) && S.qe < 2 && S.rt < 2 && S.rw < 2 && \
 	NOLIVE(S, 0) && NOLIVE(S, 1) && NOLIVE(S, 2) && NOLIVE(S, 3))
 
 inline taint_sleepers()

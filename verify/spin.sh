@@ -32,7 +32,7 @@
 #   P3 no waiter asleep, without a message, while its try would be granted
 #   P4 a released lock is free; an idle client has no live hold in Redis
 #      (but for a hold made by a late request after Redis lost its
-#      owner's record, verify/FINDINGS.md F5)
+#      owner's record, verify/FINDINGS.md F5; none with -DNO_PHANTOMS)
 #   P5 a client's own newest request is never answered RWLOCK_STALE
 #
 # Each configuration: name, expectation (pass, or the property it violates),
@@ -57,8 +57,11 @@ MODEL=$PWD/protocol.pml
 # release frees a newer hold) is fixed by protocol 3's request order: the
 # "late" configurations pass; protocol 2 (proto2) and a script that forgets
 # the order (no-seq-acquire, no-seq-release) are mutants that must be
-# caught. F5 (a record that dies with another owner's write lease) is open:
-# its configuration must still fail.
+# caught. F5 (a record that dies with another owner's write lease) is fixed
+# (the writer's lease is a field, the hash's TTL only raised): its
+# configuration passes; its old form is the mutant old-F5 (OLD_WRITER_TTL).
+# F5-prune, acquire.lua's pruning (docs/protocol.md 3.4), may still remove
+# the record of an owner whose request is in flight: it must fail.
 KNOWN=""
 
 CONFIGS=(
@@ -69,7 +72,8 @@ CONFIGS=(
 "late|pass|-DN=2 -DLATE=2 -DDUPS -DPRUNES=1 $KNOWN|two requests late by any amount or run twice (F2-late and F4 of protocol 2), a record pruned: P1-P5"
 "late-drops|pass|-DN=2 -DLATE=1 -DDUPS -DDROPS=1 $KNOWN|a request late or run twice, and a dropped connection: P1-P5"
 "late-restart|pass|-DN=2 -DLATE=1 -DDUPS -DRESTARTS=1 -DNO_P1 $KNOWN|a request late or run twice, and a restart that loses the records: P2-P5"
-"F5|P4|-DN=2 -DLATE=1 -DNO_PHANTOMS $KNOWN|F5, open: a release (or busy acquisition) records its seq in a hash whose TTL is another owner's write lease; that lease runs out, the record with it, and the owner's older request, still in flight, runs as new: a hold its owner does not know of, well within keep"
+"F5|pass|-DN=2 -DLATE=1 -DNO_PHANTOMS $KNOWN|F5 fixed: a request late by less than keep finds its owner's record, whoever held the lock meanwhile (the writer's lease is no longer the hash's TTL): P1-P5, no phantom admitted in P4"
+"F5-prune|P4|-DN=2 -DLATE=1 -DPRUNES=1 -DNO_PHANTOMS $KNOWN|open, a limit: acquire.lua's pruning (docs/protocol.md 3.4) removes the record of an owner whose cut-off acquisition is still in flight; that request then runs as new: a hold its owner does not know of (the late configuration admits it as a phantom)"
 )
 LONG=(
 "restart-P1|P1|-DRESTARTS=1 $KNOWN|by design: holders of a data set Redis lost keep believing until their lease ends by their clock; only fencing tokens protect (docs/protocol.md 13)"
@@ -94,15 +98,16 @@ MUTANTS=(
 "no-time|P2|-DMUT_NOTIME -DRESTARTS=1 -DNO_P1 $KNOWN|a write token is f + 1, without Redis's clock"
 "proto2|P1|-DN=2 -DLATE=1 -DNO_P3 -DNO_P4 -DMUT_PROTO2|protocol 2 (no request order, no kill): a late acquisition of the owner's, sent holding nothing, drops its newer write hold and takes a read (F2-late); a late release frees a newer hold (F4)"
 "no-seq-acquire|P1|-DN=2 -DLATE=1 -DNO_P3 -DNO_P4 -DMUT_NO_SEQ_ACQUIRE|acquire.lua forgets the seq check: a late acquisition (\"-\") drops its owner's newer write hold and takes a read"
+"old-F5|P4|-DN=2 -DLATE=1 -DNO_PHANTOMS -DOLD_WRITER_TTL|F5 as it was: the writer's lease is the hash's TTL; a release (or busy acquisition) records its seq in a hash that then dies with another owner's write lease, and the owner's older request, still in flight, runs as new: a hold its owner does not know of, well within keep"
 "no-seq-release|P1|-DN=2 -DLATE=1 -DNO_P3 -DNO_P4 -DMUT_NO_SEQ_RELEASE|release.lua forgets the seq check: a late release frees its owner's newer hold (F4)"
 )
-CI_MUTANTS=" release-any old-F2-grant "
+CI_MUTANTS=" release-any old-F2-grant old-F5 "
 
 declare -A PROP=(
 [P1]='assertion violated ((nw<=1)'
 [P2]='assertion violated (tokr>lastret)'
 [P3]='assertion violated (res==0)'
-[P4]='assertion violated ((st.w!='
+[P4]='(st.w!='			# a release's assertion, or NOHOLD's (check_idle)
 [P5]='assertion violated !(stale)'
 )
 

@@ -92,7 +92,7 @@ MUTANTS=(
 "old-F2-grant|P3|-DFAILOVERS=1 -DWAIT_REPLICAS -DRENEWALS_ACKED -DNO_P1 -DNO_P2 -DNO_P4 -DOLD_NO_GRANT_WAKE|F2-failover as it was: a failover lost a writer's release; the owner, asking \"-\" for a read, drops its left-over w and is granted, and publishes nothing: a reader that waited for that stale writer sleeps to its hint (<= 1 s)"
 "old-F1|P3|-DDROPS=1 -DOLD_QUEUE_JOIN|F1 as it was (issue 28): a writer whose withdrawal was lost and whose queue key expired refreshes a lapsed intent without rejoining the queue; no release wakes it"
 "old-F3-token|P2|-DFAILOVERS=1 -DNO_P1 -DNO_P3 -DNO_P4 -DOLD_LEFTOVER_WRITER|F3 as it was: a writer's release lost by a failover leaves w = owner; the owner's next write acquisition (holding nothing, \"-\") is answered as a repeat with the old token"
-"old-F3-read|P1|-DFAILOVERS=1 -DWAIT_REPLICAS -DRENEWALS_ACKED -DNO_P2 -DNO_P3 -DNO_P4 -DOLD_LEFTOVER_WRITER|F3 as it was: with grants acknowledged, the owner's read grant lives in the stale writer's hash and dies with its lease"
+"old-F3-read|P1|-DFAILOVERS=1 -DWAIT_REPLICAS -DRENEWALS_ACKED -DNO_P2 -DNO_P3 -DNO_P4 -DOLD_LEFTOVER_WRITER -DOLD_WRITER_TTL|F3 as it was, with the writer's lease as the hash's TTL (as then: F5's fix alone closes this trail): with grants acknowledged, the owner's read grant lives in the stale writer's hash and dies with its lease"
 "release-any|P1|-DMUT_RELEASE_ANY|release.lua drops the writer without checking that the caller is the writer"
 "no-publish|P3|-DMUT_NO_PUBLISH|release.lua tells no waiter"
 "no-time|P2|-DMUT_NOTIME -DRESTARTS=1 -DNO_P1 $KNOWN|a write token is f + 1, without Redis's clock"
